@@ -1,0 +1,18 @@
+"""The ``wam`` command line: one module per command, the shared machinery in ``common``."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from ..registry import Registry, default_registry
+from . import evaluate, plugins, run, serve  # noqa: F401  (each registers its commands on ``cli``)
+from .common import PairedCommand, cli, default_backend, deployment_options, split_plugin_options
+
+
+def main(argv: Optional[Sequence[str]] = None, registry: Optional[Registry] = None) -> None:
+    reg = registry or default_registry()
+    reg.add_commands(cli)
+    cli.main(args=list(argv) if argv is not None else None, obj=reg, prog_name="wam")
+
+
+__all__ = ["cli", "main", "PairedCommand", "deployment_options", "split_plugin_options", "default_backend"]

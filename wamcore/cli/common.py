@@ -1,0 +1,321 @@
+"""What every ``wam`` command shares: the root group, plugin-dependent options, and how
+``run``/``eval`` resolve a platform, a model deployment and its fit.
+
+``wam run`` and ``wam eval`` take the platform's and the backend's own options: choose
+``--platform`` and ``--am-backend`` first, then ``--help`` lists them. An option that
+belongs to another platform or backend is refused with the name of its owner.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence
+
+import click
+
+from .. import __version__
+from ..errors import ConfigurationError, WamError
+from ..registry import Registry, default_registry
+from ..specs import Option, PlatformSpec, normalize_id
+
+DEFAULT_PLATFORM = "pointmass"
+DEFAULT_BACKENDS = {"pointmass": "pointmass-wam"}
+BACKEND_FLAGS = ("--am-backend", "--vla-backend", "--wam-backend")
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+class PrimaryFlagOption(click.Option):
+    """An option whose extra flags are hidden legacy aliases: ``--help`` shows the first."""
+
+    def get_help_record(self, ctx):
+        opts, self.opts = self.opts, self.opts[:1]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = opts
+
+
+def _registry(ctx: Optional[click.Context]) -> Registry:
+    reg = ctx.find_object(Registry) if ctx is not None else None
+    return reg if reg is not None else default_registry()
+
+
+def _peek(args: Sequence[str], flags: Sequence[str]) -> Optional[str]:
+    """The value of the last of ``flags`` in raw ``args`` (before click parses them)."""
+    value = None
+    for i, arg in enumerate(args):
+        for flag in flags:
+            if arg == flag and i + 1 < len(args):
+                value = args[i + 1]
+            elif arg.startswith(flag + "="):
+                value = arg.split("=", 1)[1]
+    return value
+
+
+def default_backend(reg: Registry, platform: str) -> Optional[str]:
+    """The reference model for the platform, else the only installed model that fits it."""
+    preferred = DEFAULT_BACKENDS.get(normalize_id(platform))
+    models = reg.models_for(platform)
+    if preferred and preferred in models:
+        return preferred
+    return models[0] if len(models) == 1 else None
+
+
+def _click_option(opt: Option, *, hidden: bool, owner: str) -> click.Option:
+    kwargs: Dict[str, Any] = {"help": opt.help, "hidden": hidden, "multiple": opt.multiple}
+    decls = [opt.flag, opt.dest]
+    if opt.type == "bool":
+        decls = [f"{opt.flag}/--no-{opt.name}", opt.dest]
+        kwargs["default"] = bool(opt.default)
+    else:
+        kwargs["type"] = {
+            "str": click.STRING,
+            "int": click.INT,
+            "float": click.FLOAT,
+            "path": click.Path(),
+            "choice": click.Choice([str(c) for c in opt.choices]),
+        }[opt.type]
+        kwargs["default"] = opt.default
+        kwargs["show_default"] = opt.default is not None
+    param = click.Option(decls, **kwargs)
+    param.wam_owner = owner  # type: ignore[attr-defined]
+    param.wam_option = opt  # type: ignore[attr-defined]
+    return param
+
+
+def deployment_options() -> List[click.Option]:
+    """The ``--am-*`` options shared by every backend, with the hidden legacy aliases."""
+
+    def o(*decls, **kw):
+        return PrimaryFlagOption(list(decls), **kw)
+
+    return [
+        o("--am-backend", "--vla-backend", "--wam-backend", "am_backend", help="Model backend id (see `wam plugins`)."),
+        o("--am-endpoint", "--vla-endpoint", "--wam-endpoint", "am_endpoint",
+          help="Connect to a running worker (tcp://HOST:PORT); it is never stopped by this command."),
+        o("--am-checkpoint", "--vla-model-path", "--wam-checkpoint", "am_checkpoint",
+          help="Checkpoint file or directory for a worker started here."),
+        o("--am-python", "--pi05-python", "--wam-python", "am_python",
+          help="Python of the model's own environment: start the worker there."),
+        o("--am-root", "--wam-root", "am_root", help="Working directory of a spawned worker."),
+        o("--am-cuda-device", "--vla-cuda-device", "--wam-cuda-device", "am_cuda_device",
+          help="CUDA_VISIBLE_DEVICES of the model worker (overrides --cuda-device)."),
+        o("--cuda-device", "cuda_device", help="Shared default CUDA_VISIBLE_DEVICES for services started here."),
+        o("--predict-future", "predict_future", is_flag=True, default=False,
+          help="Ask a locally started worker for predicted future observations and values (where supported)."),
+        o("--am-option", "am_option", multiple=True, metavar="KEY=VALUE",
+          help="Backend option passed to a spawned worker whose plugin is not installed here."),
+        o("--am-timeout", "am_timeout", type=float, default=None,
+          help="Seconds to wait for a prediction (default: the model's declared budget)."),
+        o("--am-token", "am_token", envvar="WAMCORE_TOKEN", default=None,
+          help="Shared token for a worker bound beyond loopback (env WAMCORE_TOKEN)."),
+        o("--am-log-dir", "am_log_dir", type=click.Path(file_okay=False), default=None,
+          help="Where a spawned worker writes its log (default: runs/workers)."),
+        o("--am-start-timeout", "am_start_timeout", type=float, default=None,
+          help="Seconds a spawned worker may take to load its model (default: 900)."),
+    ]
+
+
+class PairedCommand(click.Command):
+    """A command whose options depend on ``--platform`` and ``--am-backend``.
+
+    The chosen platform's and backend's options are added visibly; every other plugin's
+    options are added hidden, so that using one gives a clear error instead of
+    "no such option"."""
+
+    def __init__(self, *args, platform_flag: str = "--platform", platform_options: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._base_params = list(self.params)
+        self._platform_flag = platform_flag
+        self._platform_options = platform_options
+
+    def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
+        reg = _registry(ctx)
+        platform_id = _peek(args, (self._platform_flag,)) or DEFAULT_PLATFORM
+        backend_id = _peek(args, BACKEND_FLAGS)
+        try:
+            platform_key = normalize_id(reg.platform(platform_id).name)
+        except WamError:
+            platform_key = None
+        if backend_id is None and platform_key is not None:
+            backend_id = default_backend(reg, platform_key)
+        try:
+            backend_key = normalize_id(reg.model(backend_id).name) if backend_id else None
+        except WamError:
+            backend_key = None
+        dynamic: List[click.Option] = []
+        taken = {n for p in self._base_params for n in getattr(p, "opts", [])}
+        groups = [("platform", n, s.options, n == platform_key) for n, s in reg.platforms().items()]
+        if not self._platform_options:  # a worker serves a model; the platform runs elsewhere
+            groups = []
+        groups += [("backend", n, s.options, n == backend_key) for n, s in reg.models().items()]
+        groups.sort(key=lambda g: not g[3])  # chosen plugins first: their flags win
+        for kind, name, options, chosen in groups:
+            for opt in options:
+                if opt.flag in taken:
+                    continue
+                taken.add(opt.flag)
+                dynamic.append(_click_option(opt, hidden=not chosen, owner=f"{kind} {name}"))
+        self.params = self._base_params + dynamic
+        ctx.meta["wam.platform"] = platform_key
+        ctx.meta["wam.backend"] = backend_key
+        return super().parse_args(ctx, args)
+
+
+def split_plugin_options(ctx: click.Context, kwargs: Dict[str, Any], platform: str, backend: Optional[str]) -> tuple:
+    """(platform options, backend deployment options, backend request options, explicitly
+    given deployment flags); refuses options of other plugins."""
+    platform_opts: Dict[str, Any] = {}
+    deploy: Dict[str, Any] = {}
+    request: Dict[str, Any] = {}
+    given_deploy: List[str] = []
+    for param in ctx.command.params:
+        owner = getattr(param, "wam_owner", None)
+        if owner is None:
+            continue
+        value = kwargs.pop(param.name, None)
+        explicit = ctx.get_parameter_source(param.name) == click.core.ParameterSource.COMMANDLINE
+        kind, name = owner.split(" ", 1)
+        mine = (kind == "platform" and name == normalize_id(platform)) or (
+            kind == "backend" and backend is not None and name == normalize_id(backend)
+        )
+        if not mine:
+            if explicit:
+                chosen = f"platform {platform!r}" if kind == "platform" else f"backend {backend!r}"
+                raise ConfigurationError(f"{param.opts[0]} is an option of {owner}, not of the chosen {chosen}.")
+            continue
+        opt: Option = param.wam_option
+        if kind == "platform":
+            platform_opts[opt.dest] = value
+        elif opt.deployment:
+            deploy[opt.dest] = value
+            if explicit:
+                given_deploy.append(opt.flag)
+        else:
+            request[opt.dest] = value
+    return platform_opts, deploy, request, given_deploy
+
+
+def _parse_am_options(pairs: Sequence[str]) -> Dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigurationError(f"--am-option expects KEY=VALUE, got {pair!r}")
+        out[key.strip().lstrip("-").replace("-", "_")] = value
+    return out
+
+
+class WamGroup(click.Group):
+    """Turns our typed errors into clean CLI errors (exit 2 for usage, 1 otherwise)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except ConfigurationError as exc:
+            raise click.UsageError(str(exc), ctx) from exc
+        except WamError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+@click.group(cls=WamGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="wamcore")
+def cli():
+    """wamcore: run world action models on robot platforms.
+
+    \b
+    Start here:
+      wam run                    one PointMass episode with the reference WAM
+      wam plugins                what is installed
+      wam doctor                 what is missing, and how to install it
+    """
+
+
+# ----------------------------------------------------------------------------- run / eval
+
+
+def _episode_options() -> List[click.Option]:
+    return [
+        click.Option(["--platform"], default=DEFAULT_PLATFORM, show_default=True, help="Platform id."),
+        click.Option(["--seed"], type=int, default=0, show_default=True, help="Episode seed (eval: the first seed)."),
+        click.Option(["--instruction"], default=None, help="Override the task's instruction for every prediction."),
+        click.Option(["--max-chunks"], type=int, default=None, help="Stop after this many chunks (default: the step budget)."),
+        click.Option(["--json", "as_json"], is_flag=True, help="Print one JSON object instead of a summary."),
+    ]
+
+
+def _resolve(ctx, kwargs, preflight=None) -> tuple:
+    """(registry, platform spec, platform options, WorkerConfig, request options, preflight result).
+
+    Checks run cheapest first: option ownership, then the model's deployment config and its
+    fit to the platform (when its plugin is installed here), then ``preflight(platform,
+    platform_options)`` (building the env: a missing simulator is reported before any model
+    loads or a worker spends minutes starting)."""
+    reg = _registry(ctx)
+    platform = reg.platform(kwargs.pop("platform"))
+    backend = kwargs.get("am_backend")
+    if backend is None and not kwargs.get("am_endpoint"):
+        backend = default_backend(reg, platform.name)
+    spec = None
+    if backend is not None:
+        try:
+            spec = reg.model(backend)
+            backend = spec.name
+        except WamError:
+            if not (kwargs.get("am_python") or kwargs.get("am_endpoint")):
+                raise  # the backend must be installed here to run it in-process
+    platform_opts, deploy, request, given = split_plugin_options(ctx, kwargs, platform.name, backend)
+    passthrough = _parse_am_options(kwargs.pop("am_option", ()))
+    given += [f"--am-option {k}" for k in passthrough]
+    config = None
+    if backend is not None or kwargs.get("am_endpoint"):
+        config = _worker_config(kwargs, platform, backend, deploy, passthrough, given)
+        if spec is not None and config.mode != "endpoint":
+            from ..pairing import pair
+
+            pair(spec, platform, config=config.model_config(spec), registry=reg,
+                 observation=platform.observation_spec(platform_opts))
+    checked = preflight(platform, platform_opts) if preflight is not None else None
+    if config is None:
+        if checked is not None:
+            checked.close()
+        fits = reg.models_for(platform.name)
+        raise ConfigurationError(
+            f"choose a model for platform {platform.name!r} with --am-backend "
+            f"(installed models for it: {', '.join(fits) or 'none'})"
+        )
+    return reg, platform, platform_opts, config, request, checked
+
+
+def _worker_config(kwargs, platform: PlatformSpec, backend, deploy, passthrough, given):
+    from ..runtime import WorkerConfig
+
+    config = WorkerConfig.from_options(
+        platform=platform.name,
+        am_backend=backend,
+        am_endpoint=kwargs.pop("am_endpoint"),
+        am_checkpoint=kwargs.pop("am_checkpoint"),
+        am_python=kwargs.pop("am_python"),
+        am_root=kwargs.pop("am_root"),
+        am_cuda_device=kwargs.pop("am_cuda_device"),
+        cuda_device=kwargs.pop("cuda_device"),
+        predict_future=kwargs.pop("predict_future"),
+        backend_options=deploy,
+        passthrough=passthrough,
+        deployment_options=tuple(given),
+        timeout_s=kwargs.pop("am_timeout"),
+        token=kwargs.pop("am_token"),
+        log_dir=kwargs.pop("am_log_dir"),
+        start_timeout_s=kwargs.pop("am_start_timeout"),
+    )
+    kwargs.pop("am_backend", None)
+    return config
+
+
+def _open(reg, platform: PlatformSpec, platform_opts, config):
+    from ..runtime import open_model
+
+    return open_model(config, platform, registry=reg, observation=platform.observation_spec(platform_opts))
+
+

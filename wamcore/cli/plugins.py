@@ -1,0 +1,70 @@
+"""``wam plugins`` and ``wam doctor``: what is installed, and what is missing."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..specs import normalize_id
+from .common import _parse_am_options, _registry, cli
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per plugin, in a list.")
+@click.pass_context
+def plugins(ctx, as_json):
+    """List installed plugins, what they provide, and load errors."""
+    reg = _registry(ctx)
+    records = reg.plugins()
+    if as_json:
+        click.echo(json.dumps([r.to_json() for r in records], indent=2))
+        return
+    if not records:
+        click.echo("No plugins installed. Try: pip install \"./plugins/pointmass[model]\"")
+        return
+    for r in records:
+        dist = f"{r.distribution} {r.version}" if r.distribution else "in-process"
+        status = "ok" if r.ok else "FAILED"
+        click.echo(f"{r.name} ({dist}) {status}")
+        for name in r.platforms:
+            click.echo(f"  platform {name}")
+        for name in r.models:
+            spec = reg.models()[name]
+            click.echo(f"  model    {name} -> {', '.join(spec.platforms)}")
+        if r.error:
+            click.echo(f"  error: {r.error}")
+        for p in r.problems:
+            click.echo(f"  problem: {p}")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
+@click.option("--am-backend", "backend", default=None, help="Check this backend's requirements strictly.")
+@click.option("--platform", default=None, help="Check this platform's requirements strictly.")
+@click.option("--am-checkpoint", "checkpoint", default=None, help="Checkpoint to check against its pins.")
+@click.option("--verify-hashes", is_flag=True, help="Hash checkpoint files against their pinned sha256 (slow for big files).")
+@click.option("--am-option", "am_option", multiple=True, metavar="KEY=VALUE",
+              help="Backend or platform option for the plugins' own checks (e.g. an endpoint or a root path).")
+@click.pass_context
+def doctor(ctx, as_json, backend, platform, checkpoint, verify_hashes, am_option):
+    """Check the environment, plugins, their dependencies and checkpoints."""
+    from ..doctor import failed, run_checks
+
+    reg = _registry(ctx)
+    backend = normalize_id(reg.model(backend).name) if backend else None
+    platform = normalize_id(reg.platform(platform).name) if platform else None
+    checks = run_checks(reg, checkpoint=checkpoint, verify_hashes=verify_hashes, backend=backend, platform=platform,
+                        extra=_parse_am_options(am_option))
+    bad = failed(checks)
+    if as_json:
+        click.echo(json.dumps({"ok": not bad, "checks": [c.to_json() for c in checks]}, indent=2))
+    else:
+        for c in checks:
+            mark = "ok  " if c.ok else ("FAIL" if c.level == "error" else "warn")
+            click.echo(f"[{mark}] {c.name}: {c.detail}")
+            if c.fix and not c.ok:
+                click.echo(f"       fix: {c.fix}")
+        click.echo("all required checks passed" if not bad else f"{len(bad)} required check(s) failed")
+    ctx.exit(1 if bad else 0)
+
+

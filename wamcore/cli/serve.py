@@ -1,0 +1,89 @@
+"""``wam serve``: a model worker."""
+
+from __future__ import annotations
+
+import sys
+from typing import List
+
+import click
+
+from ..errors import ConfigurationError, WamError
+from .common import PairedCommand, PrimaryFlagOption, _parse_am_options, _registry, cli, split_plugin_options
+
+def _serve_options() -> List[click.Option]:
+    def o(*decls, **kw):
+        return PrimaryFlagOption(list(decls), **kw)
+
+    return [
+        o("--am-backend", "--vla-backend", "--wam-backend", "am_backend", required=True,
+          help="Model backend id to serve (see `wam plugins`)."),
+        click.Option(["--platform"], required=True, help="Platform whose adapter the worker serves."),
+        o("--am-checkpoint", "--vla-model-path", "--wam-checkpoint", "am_checkpoint", default=None,
+          help="Checkpoint file or directory."),
+        click.Option(["--predict-future"], is_flag=True, default=False,
+                     help="Predict future observations and values (where the backend supports it)."),
+        click.Option(["--am-option", "am_option"], multiple=True, metavar="KEY=VALUE",
+                     help="Backend option as text (typed by the backend's own option list)."),
+        click.Option(["--host"], default="127.0.0.1", show_default=True,
+                     help="Address to bind. Anything but loopback needs --token."),
+        click.Option(["--port"], type=click.IntRange(0, 65535), default=0, show_default=True,
+                     help="Port to bind; 0 lets the kernel pick a free one (printed on stdout)."),
+        click.Option(["--token"], envvar="WAMCORE_TOKEN", default=None,
+                     help="Shared token every client must present (env WAMCORE_TOKEN; prefer the env over argv)."),
+        click.Option(["--parent-watch"], is_flag=True, default=False,
+                     help="Exit when the parent process dies (stdin EOF; PR_SET_PDEATHSIG on Linux)."),
+        click.Option(["--ready-file"], type=click.Path(dir_okay=False), default=None,
+                     help="Also write the ready line (JSON: endpoint, port, device, pid) to this file."),
+        click.Option(["--session-ttl"], type=float, default=3600.0, show_default=True,
+                     help="Seconds after which an idle client session is dropped."),
+        o("--cuda-device", "--am-cuda-device", "cuda_device", default=None,
+          help="CUDA_VISIBLE_DEVICES for this worker (set before the model loads; default: inherited)."),
+    ]
+
+
+@cli.command(cls=PairedCommand, platform_options=False, params=_serve_options())
+@click.pass_context
+def serve(ctx, **kwargs):
+    """Serve a model to platforms in other processes or environments.
+
+    Prints one JSON line when ready (endpoint, port, device, pid). Binds 127.0.0.1 by
+    default; port 0 picks a free port. Choose --am-backend first; --help then lists its
+    options. docs/workers.md describes the protocol.
+    """
+    import logging
+    import os
+
+    from ..rpc import server as rpc_server
+    from ..runtime import typed_options
+    from ..service import ModelService
+    from ..specs import ModelConfig
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    if kwargs.pop("parent_watch"):
+        rpc_server.watch_parent()  # first: loading a model can take minutes
+    cuda_device = kwargs.pop("cuda_device")
+    if cuda_device is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = cuda_device  # before anything imports torch
+    host, port, token = kwargs.pop("host"), kwargs.pop("port"), kwargs.pop("token")
+    rpc_server.check_bind(host, token)
+    reg = _registry(ctx)
+    spec = reg.model(kwargs.pop("am_backend"))
+    platform = kwargs.pop("platform")
+    try:
+        platform = reg.platform(platform).name
+    except WamError:
+        pass  # the platform plugin need not be installed where the model runs
+    _, deploy, request, _ = split_plugin_options(ctx, kwargs, platform, spec.name)
+    per_request = [p.opts[0] for p in ctx.command.params
+                   if getattr(p, "wam_option", None) is not None and not p.wam_option.deployment
+                   and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
+    if per_request:
+        raise ConfigurationError(f"{', '.join(per_request)} are per-request options: give them to `wam run`/`wam eval`")
+    deploy.update(typed_options(spec, _parse_am_options(kwargs.pop("am_option"))))
+    config = ModelConfig(platform=platform, checkpoint=kwargs.pop("am_checkpoint"),
+                         predict_future=kwargs.pop("predict_future"), options=deploy)
+    service = ModelService(spec, config)
+    rpc_server.serve(service, host=host, port=port, token=token, session_ttl_s=kwargs.pop("session_ttl"),
+                     ready_file=kwargs.pop("ready_file"), aliases=spec.aliases)
+
+
