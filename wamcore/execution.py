@@ -8,6 +8,7 @@ when the platform fails. Episodes and evaluations are loops around it.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
@@ -169,6 +170,41 @@ def run_episode(
     )
 
 
+def env_key(options: Mapping[str, Any]) -> str:
+    """A stable key of env options: episodes with equal keys can share one env."""
+    return json.dumps(options, sort_keys=True, default=repr)
+
+
+class ReusedEnv:
+    """One env at a time, rebuilt only when an episode needs other env options.
+
+    Consecutive episodes of one task share the env and only reset it (building a simulator
+    takes seconds; resetting one, a fraction of that)."""
+
+    def __init__(self, make_env: Callable[[Mapping[str, Any]], Env]):
+        self._make_env = make_env
+        self.env: Optional[Env] = None
+        self.key: Optional[str] = None
+
+    def get(self, options: Mapping[str, Any]) -> Env:
+        key = env_key(options)
+        if self.env is None or key != self.key:
+            self.close()
+            self.env, self.key = self._make_env(options), key
+        return self.env
+
+    def adopt(self, env: Env, options: Mapping[str, Any]) -> None:
+        """Use an env that was built elsewhere for ``options``."""
+        self.close()
+        self.env, self.key = env, env_key(options)
+
+    def close(self) -> None:
+        """Close the env (also to drop one that may be broken); the next ``get`` builds anew."""
+        env, self.env, self.key = self.env, None, None
+        if env is not None:
+            env.close()
+
+
 def evaluate(
     model: ModelClient,
     make_env: Callable[[Mapping[str, Any]], Env],
@@ -179,23 +215,17 @@ def evaluate(
     max_chunks: Optional[int] = None,
     options: Optional[Mapping[str, Any]] = None,
 ) -> Iterator[EpisodeResult]:
-    """Run episodes in order, reusing one env while consecutive episodes share env options."""
-    env = None
-    env_key = None
+    """Run episodes in order in this process, reusing one env while consecutive episodes
+    share env options. ``wamcore.evaluation`` runs them in parallel env processes."""
+    envs = ReusedEnv(make_env)
     try:
         for ep in episodes:
-            key = repr(sorted(ep.env_options.items()))
-            if env is None or key != env_key:
-                if env is not None:
-                    env.close()
-                env, env_key = make_env(ep.env_options), key
             yield run_episode(
-                model, env, key=ep.key, reset=ep.reset, instruction=instruction,
+                model, envs.get(ep.env_options), key=ep.key, reset=ep.reset, instruction=instruction,
                 max_chunks=max_chunks, seed=ep.reset.get("seed"), options=options, platform=platform,
             )
     finally:
-        if env is not None:
-            env.close()
+        envs.close()
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple:
@@ -239,6 +269,8 @@ __all__ = [
     "wam_act",
     "run_episode",
     "evaluate",
+    "ReusedEnv",
+    "env_key",
     "wilson_interval",
     "summarize",
 ]

@@ -71,6 +71,8 @@ class WorkerConfig:
     token: Optional[str] = None
     log_dir: Optional[str] = None
     start_timeout_s: Optional[float] = None
+    #: the spawned worker's dynamic-batching window (``wam serve --batch-window-ms``); None: its default
+    batch_window_ms: Optional[float] = None
 
     @property
     def mode(self) -> str:
@@ -100,6 +102,7 @@ class WorkerConfig:
         token: Optional[str] = None,
         log_dir: Optional[str] = None,
         start_timeout_s: Optional[float] = None,
+        batch_window_ms: Optional[float] = None,
     ) -> "WorkerConfig":
         """Apply the rules that make a deployment unambiguous.
 
@@ -117,8 +120,9 @@ class WorkerConfig:
                     ("--predict-future", predict_future or None),
                     ("--am-log-dir", log_dir),
                     ("--am-start-timeout", start_timeout_s),
+                    ("--am-batch-window-ms", batch_window_ms),
                 )
-                if value
+                if value is not None and value is not False
             ] + list(deployment_options)
             if local:
                 raise ConfigurationError(
@@ -145,6 +149,7 @@ class WorkerConfig:
             token=token,
             log_dir=log_dir,
             start_timeout_s=start_timeout_s,
+            batch_window_ms=batch_window_ms,
         )
 
     def model_config(self, spec: Optional[ModelSpec] = None) -> ModelConfig:
@@ -404,11 +409,15 @@ def worker_argv(config: WorkerConfig, *, spec: Optional[ModelSpec], ready_file: 
         argv += ["--am-checkpoint", checkpoint]
     if config.predict_future:
         argv.append("--predict-future")
+    if config.batch_window_ms is not None:
+        argv += ["--batch-window-ms", f"{config.batch_window_ms:g}"]
     return argv + option_flags(spec, config.options, config.passthrough)
 
 
-def spawn_worker(config: WorkerConfig, *, registry: Optional[Registry] = None) -> Worker:
-    """Start ``<python> -m wamcore serve ...`` for ``config`` and wait until it is ready."""
+def spawn_worker(config: WorkerConfig, *, registry: Optional[Registry] = None, env: Optional[Mapping[str, str]] = None) -> Worker:
+    """Start ``<python> -m wamcore serve ...`` for ``config`` and wait until it is ready.
+
+    ``env`` adds to (or overrides) this process's environment for the worker."""
     if config.mode != SPAWN:
         raise ConfigurationError("spawn_worker needs a config with --am-python")
     python = _resolve_python(config.python)
@@ -421,7 +430,7 @@ def spawn_worker(config: WorkerConfig, *, registry: Optional[Registry] = None) -
     stem = f"{config.backend}-{config.platform}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     log_path = log_dir / f"{stem}.log"
     ready_path = log_dir / f"{stem}.ready.json"
-    env = dict(os.environ)
+    env = {**os.environ, **dict(env or {})}
     env["PYTHONUNBUFFERED"] = "1"
     env["WAMCORE_PARENT_PID"] = str(os.getpid())
     if config.cuda_device is not None:

@@ -37,7 +37,8 @@ RESERVED_OPTION_NAMES = frozenset(
     predict-future am-option am-timeout am-token am-log-dir am-start-timeout
     vla-backend wam-backend vla-endpoint wam-endpoint vla-model-path wam-checkpoint pi05-python
     wam-python wam-root vla-cuda-device wam-cuda-device
-    host port token parent-watch ready-file session-ttl""".split()
+    host port token parent-watch ready-file session-ttl
+    num-envs am-restarts skip-memory-check am-batch-window-ms""".split()
 )
 
 
@@ -182,6 +183,9 @@ class PlatformSpec:
     observation_for: Optional[Callable[[Mapping[str, Any]], ObservationSpec]] = None
     #: expands platform options into evaluation episodes; None: ``count`` seeded episodes
     episodes: Optional[Callable[[Mapping[str, Any], int, int], Iterable[Episode]]] = None
+    #: resident memory of one env process in MB (``wam eval --num-envs`` refuses an N that
+    #: does not fit the machine); None: unknown, not checked
+    env_memory_mb: Optional[float] = None
 
     def observation_spec(self, options: Optional[Mapping[str, Any]] = None) -> ObservationSpec:
         if self.observation_for is None:

@@ -114,6 +114,9 @@ def deployment_options() -> List[click.Option]:
           help="Where a spawned worker writes its log (default: runs/workers)."),
         o("--am-start-timeout", "am_start_timeout", type=float, default=None,
           help="Seconds a spawned worker may take to load its model (default: 900)."),
+        o("--am-batch-window-ms", "am_batch_window_ms", type=click.FloatRange(min=0), default=None,
+          help="How long a spawned worker waits to batch requests from several env workers (its default: 2; "
+               "0: no batching, for bit-reproducible runs of a batching model)."),
     ]
 
 
@@ -308,6 +311,7 @@ def _worker_config(kwargs, platform: PlatformSpec, backend, deploy, passthrough,
         token=kwargs.pop("am_token"),
         log_dir=kwargs.pop("am_log_dir"),
         start_timeout_s=kwargs.pop("am_start_timeout"),
+        batch_window_ms=kwargs.pop("am_batch_window_ms"),
     )
     kwargs.pop("am_backend", None)
     return config

@@ -1,21 +1,31 @@
-"""``wam eval``: many episodes, per-episode records, a summary."""
+"""``wam eval``: many episodes, on one env or many in parallel; per-episode records, a summary."""
 
 from __future__ import annotations
 
 import json
-import sys
+import signal
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Iterator
 
 import click
 
-from ..errors import ConfigurationError
+from .. import __version__
 from ..specs import PlatformSpec
-from .common import PairedCommand, _episode_options, _open, _resolve, cli, deployment_options
+from .common import PairedCommand, _episode_options, _resolve, cli, deployment_options
+
 
 @cli.command(name="eval", cls=PairedCommand, params=_episode_options() + deployment_options() + [
-    click.Option(["--episodes"], type=int, default=10, show_default=True, help="Number of episodes."),
+    click.Option(["--episodes"], type=int, default=10, show_default=True,
+                 help="Number of episodes (on LIBERO: init states per task)."),
+    click.Option(["--num-envs"], type=click.IntRange(min=1), default=1, show_default=True,
+                 help="Simulator processes stepping in parallel, sharing one model worker (1: the env runs in "
+                      "this process). See docs/evaluation.md for how to choose it."),
+    click.Option(["--am-restarts"], type=click.IntRange(min=0), default=1, show_default=True,
+                 help="How often a model worker started here is restarted when it dies before the evaluation stops."),
+    click.Option(["--skip-memory-check"], is_flag=True,
+                 help="Start --num-envs processes even if they do not seem to fit in the free memory."),
     click.Option(["--out"], type=click.Path(file_okay=False), default=None,
                  help="Output directory (default: runs/eval-PLATFORM-BACKEND)."),
     click.Option(["--resume"], is_flag=True, help="Continue an interrupted run in --out, skipping finished episodes."),
@@ -25,122 +35,120 @@ from .common import PairedCommand, _episode_options, _open, _resolve, cli, deplo
 def eval_(ctx, **kwargs):
     """Evaluate a model over many episodes: progress, per-episode JSON lines, a summary.
 
-    Writes OUT/episodes.jsonl (one line per episode, appended as they finish) and
-    OUT/summary.json (success rate with a 95% Wilson interval, mean steps).
+    Writes OUT/episodes.jsonl (one line per episode, appended as they finish), OUT/summary.json
+    (success rate with a 95% Wilson interval, mean steps, the model's identity) and, with
+    --num-envs > 1, OUT/logs/env-N.log. An interrupted run continues with --resume.
     """
-    from ..execution import evaluate, summarize
+    from ..evaluation import EpisodeSettings, LocalEvaluation, Progress, ResultsDir, Started, check_num_envs
+    from ..execution import summarize
 
     seed, instruction, max_chunks = kwargs.pop("seed"), kwargs.pop("instruction"), kwargs.pop("max_chunks")
     as_json, count = kwargs.pop("as_json"), kwargs.pop("episodes")
     out_opt, resume, overwrite = kwargs.pop("out"), kwargs.pop("resume"), kwargs.pop("overwrite")
-    first = {}
+    num_envs, restarts, skip_memory = kwargs.pop("num_envs"), kwargs.pop("am_restarts"), kwargs.pop("skip_memory_check")
+    planned = {}
 
     def preflight(p: PlatformSpec, options) -> Any:
-        first["episodes"] = p.plan_episodes(options, count, seed)
-        return _EnvFactory(p, first["episodes"][0].env_options) if first["episodes"] else None
+        planned["episodes"] = episodes = p.plan_episodes(options, count, seed)
+        if num_envs > 1:
+            if not skip_memory:
+                check_num_envs(p, num_envs)
+            return None  # each env process builds its own env (a missing simulator is reported first there)
+        return p.create(**episodes[0].env_options) if episodes else None
 
-    reg, platform, platform_opts, config, request, make_env = _resolve(ctx, kwargs, preflight=preflight)
+    reg, platform, platform_opts, config, request, first_env = _resolve(ctx, kwargs, preflight=preflight)
     backend = config.backend or "endpoint"
     out = Path(out_opt or f"runs/eval-{platform.name}-{backend}")
-    episodes = first["episodes"]
+    episodes = planned["episodes"]
+    settings = EpisodeSettings(
+        platform=platform.name, platform_options=platform.with_defaults(platform_opts),
+        instruction=instruction, max_chunks=max_chunks, request_options=request,
+    )
     run_config = {
         "platform": platform.name,
         "backend": backend,
-        "platform_options": {k: v for k, v in platform.with_defaults(platform_opts).items()},
+        "platform_options": settings.platform_options,
         "request_options": request,
         "instruction": instruction,
         "max_chunks": max_chunks,
         "episodes": [e.key for e in episodes],
     }
+    results = ResultsDir(out)
     try:
-        done = _prepare_out(out, run_config, resume=resume, overwrite=overwrite)
-        model = _open(reg, platform, platform_opts, config)
+        done = results.prepare(run_config, resume=resume, overwrite=overwrite)
     except BaseException:
-        if make_env is not None:
-            make_env.close()
+        if first_env is not None:
+            first_env.close()
         raise
     todo = [e for e in episodes if e.key not in done]
-    results = list(done.values())
+    records = list(done.values())
+    evaluation = LocalEvaluation(platform, settings, config, registry=reg, num_envs=num_envs, am_restarts=restarts,
+                                 log_dir=results.logs, first_env=first_env)
+    progress = Progress(len(episodes), records, label=f"{backend} on {platform.name}")
     t0 = time.perf_counter()
     try:
-        with open(out / "episodes.jsonl", "a") as lines, click.progressbar(
-            length=len(episodes), label=f"{backend} on {platform.name}", file=sys.stderr,
-            show_pos=True, item_show_func=lambda r: None if r is None else f"{sum(x['success'] for x in results)}/{len(results)} ok",
-        ) as bar:
-            bar.update(len(done))
-            stream = evaluate(
-                model, make_env, todo, platform=platform.name,
-                instruction=instruction, max_chunks=max_chunks, options=request,
-            )
-            for result in stream:
-                row = result.to_json()
-                results.append(row)
-                lines.write(json.dumps(row) + "\n")
-                lines.flush()
-                bar.update(1, row)
+        with _sigterm_as_interrupt():
+            for event in evaluation.run(todo):
+                if isinstance(event, Started):
+                    progress.started(event.key)
+                    continue
+                records.append(event.record)
+                results.append(event.record)
+                progress.finished(event.record)
+    except KeyboardInterrupt:
+        progress.close()
+        click.echo(f"interrupted: {len(records)} of {len(episodes)} episodes are in {results.episodes_path}; "
+                   "rerun the same command with --resume to continue", err=True)
+        ctx.exit(130)
     finally:
-        model.close()
-        if make_env is not None:
-            make_env.close()
-    summary = summarize(results)
-    summary.update(platform=platform.name, model=backend, wall_s=round(time.perf_counter() - t0, 2), out=str(out))
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        progress.close()
+        results.close()
+    summary = summarize(records)
+    summary.update(
+        platform=platform.name, model=backend, num_envs=num_envs, seed=seed, wamcore=__version__,
+        model_info=_identity(evaluation.model_info), wall_s=round(time.perf_counter() - t0, 2), out=str(out),
+    )
+    results.write_summary(summary)
     if as_json:
-        click.echo(json.dumps(summary))
+        click.echo(json.dumps(summary, default=str))
         return
     lo, hi = summary["ci95"]
     click.echo(
         f"{backend} on {platform.name}: {summary['successes']}/{summary['episodes']} successes "
         f"(rate {summary['success_rate']:.3f}, 95% CI [{lo:.3f}, {hi:.3f}]), mean steps {summary['mean_steps']:.1f}"
     )
-    click.echo(f"results: {out / 'episodes.jsonl'}, summary: {out / 'summary.json'}")
+    failures = summary["stop_reasons"].get("runtime_failure", 0)
+    if failures:
+        click.echo(f"{failures} episode(s) ended in runtime_failure; their records carry the error", err=True)
+    click.echo(f"results: {results.episodes_path}, summary: {results.summary_path}")
 
 
-class _EnvFactory:
-    """``make_env`` for ``evaluate``: the env built before the model started (so a missing
-    simulator is reported first) serves the first episodes; others are built as needed."""
-
-    def __init__(self, platform: PlatformSpec, options: dict):
-        self.platform, self.options = platform, options
-        self.env = platform.create(**options)
-
-    def __call__(self, options: dict):
-        if self.env is not None:
-            env, self.env = self.env, None
-            if options == self.options:
-                return env
-            env.close()
-        return self.platform.create(**options)
-
-    def close(self) -> None:
-        if self.env is not None:
-            self.env.close()
-            self.env = None
+def _identity(info) -> Any:
+    """What produced the results: backend, checkpoint identity, device, options, details."""
+    if info is None:
+        return None
+    return {
+        "backend": info.backend,
+        "checkpoint": info.checkpoint,
+        "device": info.device,
+        "capabilities": info.capabilities.names(),
+        "details": json.loads(json.dumps(dict(info.details), default=str)),
+    }
 
 
-def _prepare_out(out: Path, run_config: dict, *, resume: bool, overwrite: bool) -> Dict[str, dict]:
-    """Create ``out``; on resume, return finished episodes by key (config must match)."""
-    cfg_path, lines_path = out / "config.json", out / "episodes.jsonl"
-    if out.exists() and lines_path.exists() and not overwrite:
-        if not resume:
-            raise ConfigurationError(f"{out} already holds results: pass --resume to continue them or --overwrite to start over")
-        previous = json.loads(cfg_path.read_text()) if cfg_path.exists() else None
-        if previous != json.loads(json.dumps(run_config)):
-            raise ConfigurationError(f"{out} holds a run with other settings; use another --out or --overwrite")
-        done = {}
-        for line in lines_path.read_text().splitlines():
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue  # a line cut by the interruption
-                done[row["key"]] = row
-        lines_path.write_text("".join(json.dumps(r) + "\n" for r in done.values()))
-        return done
-    out.mkdir(parents=True, exist_ok=True)
-    if overwrite and lines_path.exists():
-        lines_path.unlink()
-    cfg_path.write_text(json.dumps(run_config, indent=2) + "\n")
-    return {}
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops the evaluation as Ctrl-C does: processes stopped, results kept."""
 
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
 
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

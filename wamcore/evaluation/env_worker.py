@@ -1,0 +1,153 @@
+"""The unit that parallel evaluation replicates: one platform env and one model client.
+
+An :class:`EnvWorker` runs the episodes it is handed, one at a time, and turns each into
+a record (the JSON line ``wam eval`` writes). Locally it lives in this process (one env)
+or in an env process (``--num-envs N``); a Ray actor wraps the same class.
+
+Failures are sorted by what they mean for the rest of the evaluation:
+
+* the platform fails inside a step: ``wam_act`` already ends the episode with
+  ``runtime_failure``;
+* the platform fails outside a step (building or resetting the env), or the connection
+  to the model worker breaks (:class:`~wamcore.errors.WorkerError`): this episode is
+  recorded as ``runtime_failure`` with the error and a ``fault`` of ``"env"`` or
+  ``"model"``, and the worker goes on (the driver decides whether the model worker must
+  be restarted);
+* any other wamcore error (a malformed observation, a contract mismatch, an error the
+  model raised): it would repeat in every episode, so it propagates and the evaluation
+  stops, as it does with one env.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Any, Callable, Mapping, Optional
+
+import attrs
+
+from ..errors import WamError, WorkerError
+from ..execution import RUNTIME_FAILURE, EpisodeResult, ReusedEnv, run_episode
+from ..service import ModelClient
+from ..specs import Env, Episode, PlatformSpec
+
+ENV_FAULT = "env"
+MODEL_FAULT = "model"
+
+
+@attrs.frozen
+class EpisodeSettings:
+    """What every episode of an evaluation shares. Plain data: it travels to env processes
+    (and Ray actors) as JSON."""
+
+    platform: str
+    platform_options: dict = attrs.field(factory=dict)
+    instruction: Optional[str] = None
+    max_chunks: Optional[int] = None
+    request_options: dict = attrs.field(factory=dict)
+
+    def to_json(self) -> dict:
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "EpisodeSettings":
+        return cls(**d)
+
+
+def episode_to_json(episode: Episode) -> dict:
+    return {"key": episode.key, "env_options": dict(episode.env_options), "reset": dict(episode.reset)}
+
+
+def episode_from_json(d: Mapping[str, Any]) -> Episode:
+    return Episode(key=d["key"], env_options=dict(d["env_options"]), reset=dict(d["reset"]))
+
+
+def failure_record(
+    episode: Episode, settings: EpisodeSettings, error: str, *, fault: str, model: str = "",
+    steps: int = 0, wall_s: float = 0.0,
+) -> dict:
+    """The record of an episode that ended because a process or the platform failed."""
+    record = EpisodeResult(
+        key=episode.key, success=False, steps=steps, chunks=0, stop_reason=RUNTIME_FAILURE,
+        instruction=settings.instruction or "", wall_s=wall_s, platform=settings.platform, model=model, error=error,
+    ).to_json()
+    record["fault"] = fault
+    return record
+
+
+def _describe(exc: BaseException) -> str:
+    last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    where = f" (at {last[0].filename}:{last[0].lineno})" if last else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+class EnvWorker:
+    """Runs episodes on one env (rebuilt when an episode needs other env options) with one
+    model client. ``env`` may be an env already built for ``env_options`` (the CLI builds
+    one before any model starts, so that a missing simulator is reported first)."""
+
+    def __init__(
+        self,
+        platform: PlatformSpec,
+        model: Optional[ModelClient],
+        settings: EpisodeSettings,
+        *,
+        make_env: Optional[Callable[[Mapping[str, Any]], Env]] = None,
+        env: Optional[Env] = None,
+        env_options: Optional[Mapping[str, Any]] = None,
+    ):
+        self.platform = platform
+        self.model = model
+        self.settings = settings
+        self.envs = ReusedEnv(make_env or (lambda options: platform.create(**options)))
+        if env is not None:
+            self.envs.adopt(env, env_options or {})
+
+    def prepare(self, env_options: Mapping[str, Any]) -> None:
+        """Build the env for these options now (an env process does it before it says ready)."""
+        self.envs.get(env_options)
+
+    def run(self, episode: Episode) -> dict:
+        if self.model is None:
+            raise RuntimeError("EnvWorker.run needs a model client")
+        t0 = time.perf_counter()
+        env: Optional[Env] = None
+        try:
+            env = self.envs.get(episode.env_options)
+            result = run_episode(
+                self.model, env, key=episode.key, reset=episode.reset, instruction=self.settings.instruction,
+                max_chunks=self.settings.max_chunks, seed=episode.reset.get("seed"),
+                options=self.settings.request_options, platform=self.settings.platform,
+            )
+            return result.to_json()
+        except WorkerError as exc:  # the model worker went away or did not answer in time
+            return self._failure(episode, exc, MODEL_FAULT, env, t0)
+        except WamError:
+            raise  # a contract or model error: every episode would hit it
+        except Exception as exc:  # the platform failed outside a step: drop its env, go on
+            record = self._failure(episode, exc, ENV_FAULT, env, t0)
+            try:
+                self.envs.close()
+            except Exception:
+                pass
+            return record
+
+    def _failure(self, episode: Episode, exc: BaseException, fault: str, env: Optional[Env], t0: float) -> dict:
+        steps = int(getattr(env, "steps", 0) or 0) if env is not None else 0
+        model = self.model.info.backend if self.model is not None else ""
+        return failure_record(episode, self.settings, _describe(exc), fault=fault, model=model, steps=steps,
+                              wall_s=time.perf_counter() - t0)
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+__all__ = [
+    "EpisodeSettings",
+    "EnvWorker",
+    "failure_record",
+    "episode_to_json",
+    "episode_from_json",
+    "ENV_FAULT",
+    "MODEL_FAULT",
+]
