@@ -106,7 +106,7 @@ def eval_(ctx, **kwargs):
     summary = summarize(records)
     summary.update(
         platform=platform.name, model=backend, num_envs=num_envs, seed=seed, wamcore=__version__,
-        model_info=_identity(evaluation.model_info), wall_s=round(time.perf_counter() - t0, 2), out=str(out),
+        model_info=_identity(evaluation.model_info), model_restarts=evaluation.model_restarts, wall_s=round(time.perf_counter() - t0, 2), out=str(out),
     )
     results.write_summary(summary)
     if as_json:

@@ -216,6 +216,7 @@ class EnvProcess:
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.episode: Optional[Any] = None  # the Episode it runs now
+        self.env_key: Optional[str] = None  # env options of its env (set by the driver)
         self.started_at = 0.0
         self.ready = False
         self._buffer = b""

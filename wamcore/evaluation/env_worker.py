@@ -76,7 +76,8 @@ def failure_record(
 
 
 def _describe(exc: BaseException) -> str:
-    last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    """The error for a record; where a platform raised it, also where."""
+    last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ and not isinstance(exc, WamError) else []
     where = f" (at {last[0].filename}:{last[0].lineno})" if last else ""
     return f"{type(exc).__name__}: {exc}{where}"
 

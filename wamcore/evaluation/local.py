@@ -14,8 +14,8 @@ Faults:
   that dies before it ever became ready stops the evaluation (it would die again);
 * a model worker that dies fails the episodes in flight (their env workers see the
   connection drop) and is restarted up to ``am_restarts`` times; then
-  :class:`~.shared_model.ModelWorkerLost`. Episodes in flight at that moment are not
-  recorded, so ``--resume`` runs them again;
+  :class:`~.shared_model.ModelWorkerLost`. Episodes that were in flight when it died for
+  the last time are not recorded, so ``--resume`` runs them again;
 * Ctrl-C, SIGTERM or an error: every process started here is stopped before ``run``
   returns; env processes also die with this process if it is killed (stdin EOF and
   ``PR_SET_PDEATHSIG``), as spawned model workers do.
@@ -41,7 +41,7 @@ from ..specs import Env, Episode, PlatformSpec
 from .env_process import EnvProcess, rebuild_error, wait_readable
 from .env_worker import ENV_FAULT, MODEL_FAULT, EnvWorker, EpisodeSettings, episode_to_json, failure_record
 from .scheduling import EpisodeQueue
-from .shared_model import SharedModel
+from .shared_model import SETTLE_S, SharedModel
 
 log = logging.getLogger("wamcore.evaluation")
 
@@ -162,8 +162,10 @@ class LocalEvaluation:
         }
 
     def _spawn(self, index: int, first_env_options: Mapping[str, Any]) -> EnvProcess:
-        return EnvProcess(index, self._init_message(first_env_options), log_path=self.log_dir / f"env-{index}.log",
+        proc = EnvProcess(index, self._init_message(first_env_options), log_path=self.log_dir / f"env-{index}.log",
                           env=self.child_env)
+        proc.env_key = env_key(first_env_options)
+        return proc
 
     def _start_processes(self, queue_head: Sequence[Episode]) -> None:
         """Start the env processes and wait until each built its first env: a missing
@@ -189,16 +191,19 @@ class LocalEvaluation:
     def run(self, episodes: Iterable[Episode]) -> Iterator[Event]:
         queue = EpisodeQueue(episodes)
         try:
-            self._start(queue.peek(self.num_envs))  # each env builds the env of its likely first episode
+            self._start(queue.first_episodes(self.num_envs))
             next_check = time.monotonic() + _MODEL_CHECK_S
             while len(queue) or self._in_flight():
                 yield from self._hand_out(queue)
-                fault = False
+                lost_model = []  # records of episodes that lost the model: kept until we know why
                 for event in self._collect():
-                    fault = fault or (isinstance(event, Finished) and event.record.get("fault") == MODEL_FAULT)
-                    yield event
-                if fault or time.monotonic() >= next_check:
-                    self._check_model(probe=fault)
+                    if isinstance(event, Finished) and event.record.get("fault") == MODEL_FAULT:
+                        lost_model.append(event)
+                    else:
+                        yield event
+                if lost_model or time.monotonic() >= next_check:
+                    self._check_model(probe=bool(lost_model))  # ModelWorkerLost: they stay unrecorded
+                    yield from lost_model
                     next_check = time.monotonic() + _MODEL_CHECK_S
         finally:
             self.close()
@@ -209,8 +214,8 @@ class LocalEvaluation:
         return sum(p.busy for p in self._procs)
 
     @property
-    def in_flight(self) -> int:
-        return self._in_flight()
+    def model_restarts(self) -> int:
+        return self.shared.restarts if self.shared is not None else 0
 
     def _hand_out(self, queue: EpisodeQueue) -> Iterator[Event]:
         if not len(queue):
@@ -226,7 +231,8 @@ class LocalEvaluation:
         for proc in self._procs:
             if proc.busy or proc.dead():
                 continue
-            episode = queue.take(getattr(proc, "env_key", None))
+            held = [p.env_key for p in self._procs if p is not proc and p.env_key is not None]
+            episode = queue.take(proc.env_key, held)
             if episode is None:
                 return
             message = {"op": "run", "episode": episode_to_json(episode), "endpoint": self.shared.endpoint,
@@ -283,9 +289,12 @@ class LocalEvaluation:
         """Restart a dead model worker we own (or stop with ModelWorkerLost). A worker we
         own is watched all the time (a process poll); a borrowed one is asked for its
         health (``probe``) only after an episode lost its connection to it."""
-        if self.shared is None or not (self.shared.owned or probe) or self.shared.alive():
+        if self.shared is None or not (self.shared.owned or probe):
+            return
+        if self.shared.alive(settle_s=SETTLE_S if probe else 0.0):
             return
         self.shared.restart()
+        self.model_info = self.shared.info
         if self._inline is not None:
             self._inline.worker.model = self.shared.client
 

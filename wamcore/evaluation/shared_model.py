@@ -9,6 +9,7 @@ serves as a health probe for a borrowed worker.
 from __future__ import annotations
 
 import logging
+import subprocess
 from typing import Mapping, Optional
 
 from ..contracts import ModelInfo, ObservationSpec
@@ -20,6 +21,8 @@ from ..specs import PlatformSpec
 log = logging.getLogger("wamcore.evaluation")
 
 _HEALTH_TIMEOUT_S = 5.0
+#: a killed process closes its sockets a moment before it can be reaped
+SETTLE_S = 1.0
 
 
 class ModelWorkerLost(WorkerError):
@@ -91,9 +94,16 @@ class SharedModel:
             raise
         return self
 
-    def alive(self) -> bool:
-        """An owned worker: its process runs. A borrowed one: it answers ``health``."""
+    def alive(self, settle_s: float = 0.0) -> bool:
+        """An owned worker: its process runs (``settle_s``: after a client lost its
+        connection, how long a dying process may take to be seen gone). A borrowed one: it
+        answers ``health``."""
         if self.worker is not None:
+            if settle_s > 0 and self.worker.alive():
+                try:
+                    self.worker.proc.wait(settle_s)
+                except subprocess.TimeoutExpired:
+                    pass
             return self.worker.alive()
         try:
             self.client.health(_HEALTH_TIMEOUT_S)

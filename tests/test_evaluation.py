@@ -1,0 +1,255 @@
+"""Parallel evaluation as a user runs it: ``wam eval --num-envs N`` in a real subprocess,
+real env processes, a real model worker; faults injected on cue (``wamtest_eval``)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from wamcore.errors import ConfigurationError
+from wamcore.evaluation import Progress, check_num_envs, run_evaluation
+from wamcore.evaluation.scheduling import EpisodeQueue
+from wamcore.registry import Registry
+from wamcore.runtime import WorkerConfig
+from wamcore.specs import Episode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import wamtest_eval  # noqa: E402
+from helpers_workers import TAG_ENV, TESTS, no_leaks, pid_gone, tagged_pids  # noqa: E402,F401
+
+EVALTOY = ["--platform", "evaltoy", "--am-backend", "evaltoy-p"]
+
+
+def eval_env(**extra) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
+    env["WAMCORE_PLUGIN_MODULES"] = "wamtest_eval"
+    env["WAMCORE_LOAD_PLUGINS"] = ""
+    env.update(extra)
+    return env
+
+
+def wam(*args, env=None, timeout=180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "wamcore", *map(str, args)], env=env or eval_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def start_wam(*args, env=None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "wamcore", *map(str, args)], env=env or eval_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def records(out: Path) -> dict:
+    path = out / "episodes.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    by_key = {r["key"]: r for r in rows}
+    assert len(by_key) == len(rows), "an episode was recorded twice"
+    return by_key
+
+
+def outcomes(out: Path) -> dict:
+    return {k: (r["success"], r["steps"], r["stop_reason"]) for k, r in records(out).items()}
+
+
+def wait_for(predicate, timeout=60.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def marker_pid(directory: Path, prefix: str) -> int:
+    found = wait_for(lambda: sorted(directory.glob(f"{prefix}-*")), what=f"{prefix} marker")
+    return int(found[0].name.rsplit("-", 1)[1])
+
+
+def kill_and_reap(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: pid_gone(pid), 10, f"pid {pid} to go")
+
+
+# ----------------------------------------------------------------------------- results
+
+
+def test_records_do_not_depend_on_the_number_of_envs(tmp_path):
+    base = [*EVALTOY, "--episodes", 12, "--step-delay", 0.002, "--json"]
+    one = wam("eval", *base, "--out", tmp_path / "one")
+    three = wam("eval", *base, "--num-envs", 3, "--out", tmp_path / "three")
+    assert one.returncode == 0, one.stderr
+    assert three.returncode == 0, three.stderr
+    assert outcomes(tmp_path / "one") == outcomes(tmp_path / "three")
+    assert len(outcomes(tmp_path / "one")) == 12
+    summary = json.loads(three.stdout)
+    assert summary["num_envs"] == 3 and summary["episodes"] == 12
+    assert summary["model_info"]["checkpoint"] == "evaltoy-p:gain=2"
+    assert sorted(p.name for p in (tmp_path / "three" / "logs").iterdir()) == ["env-0.log", "env-1.log", "env-2.log"]
+
+
+def test_pointmass_reference_wam_same_records_with_two_envs(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("WAMCORE_PLUGIN_MODULES", "WAMCORE_LOAD_PLUGINS")}
+    one = wam("eval", "--episodes", 8, "--out", tmp_path / "one", env=env)
+    two = wam("eval", "--episodes", 8, "--num-envs", 2, "--out", tmp_path / "two", env=env)
+    assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
+    assert outcomes(tmp_path / "one") == outcomes(tmp_path / "two")
+    assert sum(s for s, _, _ in outcomes(tmp_path / "two").values()) >= 7  # the reference WAM does its job
+    # not a TTY: one line per finished episode, with the running success rate
+    lines = [line for line in two.stderr.splitlines() if line.startswith("[")]
+    assert len(lines) == 8 and "ok (" in lines[-1] and "running" in lines[-1]
+
+
+def test_research_api_runs_episodes_in_parallel(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
+    registry = Registry(entry_points=False)
+    registry.register(wamtest_eval)
+    config = WorkerConfig.from_options(platform="evaltoy", am_backend="evaltoy-p", log_dir=str(tmp_path / "w"))
+    episodes = registry.platform("evaltoy").plan_episodes({}, 6, seed=10)
+    got = list(run_evaluation(config, episodes, num_envs=2, registry=registry, plugin_modules=["wamtest_eval"],
+                              log_dir=str(tmp_path / "logs")))
+    inline = list(run_evaluation(config, episodes, num_envs=1, registry=registry))
+    assert sorted(r["key"] for r in got) == [e.key for e in episodes]
+    assert {r["key"]: r["steps"] for r in got} == {r["key"]: r["steps"] for r in inline}
+
+
+# ----------------------------------------------------------------------------- faults
+
+
+def test_env_process_segfault_costs_only_its_episode(tmp_path, no_leaks):
+    result = wam("eval", *EVALTOY, "--episodes", 8, "--num-envs", 2, "--crash-seed", 3, "--out", tmp_path / "o")
+    assert result.returncode == 0, result.stderr
+    rows = records(tmp_path / "o")
+    assert len(rows) == 8
+    crashed = rows["seed=3"]
+    assert crashed["stop_reason"] == "runtime_failure" and crashed["fault"] == "env"
+    assert "SIGSEGV" in crashed["error"]
+    assert all(r["success"] for k, r in rows.items() if k != "seed=3")
+
+
+def test_env_process_killed_from_outside_costs_only_its_episode(tmp_path, no_leaks):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    proc = start_wam("eval", *EVALTOY, "--episodes", 10, "--num-envs", 2, "--step-delay", 0.005,
+                     "--hang-seed", 4, "--marker-dir", markers, "--out", tmp_path / "o")
+    os.kill(marker_pid(markers, "env-hang"), signal.SIGKILL)  # as the OOM killer would
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    rows = records(tmp_path / "o")
+    assert len(rows) == 10
+    assert rows["seed=4"]["stop_reason"] == "runtime_failure" and "SIGKILL" in rows["seed=4"]["error"]
+    assert sum(r["success"] for r in rows.values()) == 9
+    assert "starting a replacement" in err
+
+
+def test_model_worker_death_fails_episodes_in_flight_and_it_is_restarted(tmp_path, no_leaks):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    proc = start_wam("eval", *EVALTOY, "--episodes", 10, "--num-envs", 2, "--step-delay", 0.005, "--json",
+                     "--model-hang-seed", 2, "--model-marker-dir", markers, "--am-log-dir", tmp_path / "w",
+                     "--out", tmp_path / "o")
+    first_worker = marker_pid(markers, "model-hang")
+    kill_and_reap(first_worker)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
+    assert summary["model_restarts"] == 1
+    assert summary["model_info"]["details"]["worker"]["pid"] != first_worker
+    rows = records(tmp_path / "o")
+    assert len(rows) == 10
+    assert rows["seed=2"]["stop_reason"] == "runtime_failure" and rows["seed=2"]["fault"] == "model"
+    failed = [k for k, r in rows.items() if not r["success"]]
+    assert all(rows[k]["fault"] == "model" for k in failed)  # only what was in flight when it died
+    assert len(failed) <= 2
+
+
+def test_model_worker_lost_stops_with_a_typed_error_and_resume_finishes(tmp_path, no_leaks):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    out = tmp_path / "o"
+    args = [*EVALTOY, "--episodes", 10, "--num-envs", 2, "--step-delay", 0.005, "--out", out]
+    proc = start_wam("eval", *args, "--am-restarts", 0, "--model-hang-seed", 5, "--model-marker-dir", markers)
+    kill_and_reap(marker_pid(markers, "model-hang"))
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert "the model worker died" in err and "--resume" in err
+    before = records(out)
+    assert 0 < len(before) < 10 and "seed=5" not in before  # in flight at the end: left for --resume
+    resumed = wam("eval", *args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    after = records(out)
+    assert sorted(after) == sorted(f"seed={i}" for i in range(10))
+    assert {k: after[k] for k in before} == before  # nothing written before is lost or rewritten
+
+
+def test_a_model_error_stops_the_evaluation(tmp_path, no_leaks):
+    result = wam("eval", *EVALTOY, "--episodes", 6, "--num-envs", 2, "--nan-seed", 1, "--out", tmp_path / "o")
+    assert result.returncode == 1
+    assert "Invalid observation" in result.stderr and "position" in result.stderr
+    assert "seed=1" not in records(tmp_path / "o")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_no_process_outlives_the_driver(tmp_path, no_leaks, sig):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    proc = start_wam("eval", *EVALTOY, "--episodes", 10, "--num-envs", 3, "--hang-seed", 3,
+                     "--marker-dir", markers, "--out", tmp_path / "o")
+    marker_pid(markers, "env-hang")
+    children = wait_for(lambda: [p for p in tagged_pids(no_leaks) if p != proc.pid] if len(tagged_pids(no_leaks)) >= 5 else None,
+                        what="3 env processes and a model worker")
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    if sig != signal.SIGKILL:
+        assert proc.returncode == 130 and "--resume" in err
+    for pid in children:  # the no_leaks fixture also checks every process this test started
+        wait_for(lambda: pid_gone(pid), 15, f"child {pid} to exit")
+
+
+# ----------------------------------------------------------------------------- refusals and pieces
+
+
+def test_refuses_more_envs_than_fit_in_memory(tmp_path):
+    result = wam("eval", *EVALTOY, "--num-envs", 100000, "--out", tmp_path / "o")
+    assert result.returncode == 2
+    assert "does not fit" in result.stderr and "at most" in result.stderr
+    assert not (tmp_path / "o").exists()  # nothing started, nothing written
+    with pytest.raises(ConfigurationError, match="at most 9 fit"):
+        check_num_envs(Registry(plugins=[wamtest_eval], entry_points=False).platform("evaltoy"), 10,
+                       available_mb=1000.0)
+
+
+def test_queue_keeps_envs_and_spreads_first_episodes():
+    eps = [Episode(key=f"t{t}/i{i}", env_options={"task": t}, reset={"init": i}) for t in range(3) for i in range(3)]
+    queue = EpisodeQueue(eps)
+    firsts = queue.first_episodes(2)
+    assert [e.key for e in firsts] == ["t0/i0", "t1/i0"]  # two workers, two tasks: two envs built, not one twice
+    a = queue.take(None)
+    b = queue.take(None, held=[json.dumps({"task": 0}, sort_keys=True)])
+    assert (a.key, b.key) == ("t0/i0", "t1/i0")
+    assert queue.take(json.dumps({"task": 1}, sort_keys=True)).key == "t1/i1"  # same env when one is pending
+    queue.put_back(a)
+    assert queue.take(None).key == "t0/i0" and len(queue) == 6
+
+
+def test_progress_on_a_terminal_and_in_a_log():
+    log = io.StringIO()
+    p = Progress(3, [{"success": True}], stream=log, tty=False)
+    p.started("k1")
+    p.finished({"key": "k1", "success": False, "steps": 4, "stop_reason": "runtime_failure", "error": "boom\nmore"})
+    assert log.getvalue().startswith("[2/3] k1: no success after 4 steps, runtime_failure (boom) | 1/2 ok (50.0%), 0 running")
+    term = io.StringIO()
+    p = Progress(4, stream=term, tty=True)
+    p.started("a")
+    p.started("b")
+    p.finished({"key": "a", "success": True})
+    p.close()
+    assert "\r" in term.getvalue() and "1/4 1/1 ok (100.0%), 1 running" in term.getvalue()

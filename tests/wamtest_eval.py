@@ -1,0 +1,139 @@
+"""A platform and a model for the parallel-evaluation tests, with faults on cue.
+
+Loaded in-process by the tests and, in env processes and model workers, through
+``WAMCORE_PLUGIN_MODULES=wamtest_eval`` (``tests/`` on ``PYTHONPATH``).
+
+* platform ``evaltoy``: a point on a line that must reach 0.5; the reset seed sets where it
+  starts. Options make it slow (``--step-delay``), crash its process with SIGSEGV at the
+  reset of one seed (``--crash-seed``), hang at the reset of one seed (``--hang-seed``), or
+  report a NaN state at one seed (``--nan-seed``). ``--marker-dir`` is where a hanging env
+  leaves ``env-hang-<pid>`` so that a test knows which process to kill;
+* model ``evaltoy-p``: a deterministic proportional controller; ``--model-hang-seed`` makes its
+  prediction for that seed hang (after leaving ``model-hang-<pid>`` in ``--marker-dir``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+
+from wamcore import (
+    Adapter,
+    AdapterContract,
+    Capabilities,
+    ControlSpec,
+    ModelSpec,
+    Observation,
+    ObservationSpec,
+    Option,
+    PlatformSpec,
+    Prediction,
+    StepResult,
+    hookimpl,
+)
+
+TARGET = 0.5
+CHUNK = 4
+CONTROL = ControlSpec(action_space="evaltoy.velocity.v1", action_names=("v",), low=(-1.0,), high=(1.0,), chunk_max=16)
+OBSERVATION = ObservationSpec(cameras={"primary": (8, 8)}, state={"position": 1}, units={"position": "m"})
+CONTRACT = AdapterContract(platform="evaltoy", action_space=CONTROL.action_space, action_dim=1,
+                           cameras={"primary": (8, 8)}, state={"position": 1}, chunk_size=CHUNK)
+
+
+def _mark(marker_dir, name: str) -> None:
+    if marker_dir:
+        Path(marker_dir, f"{name}-{os.getpid()}").write_text(str(os.getpid()))
+
+
+class EvalToyEnv:
+    observation_spec = OBSERVATION
+    control = CONTROL
+
+    def __init__(self, step_delay=0.0, crash_seed=None, hang_seed=None, nan_seed=None, marker_dir=None, max_steps=40):
+        self.step_delay = float(step_delay or 0.0)
+        self.crash_seed, self.hang_seed, self.nan_seed = crash_seed, hang_seed, nan_seed
+        self.marker_dir = marker_dir
+        self.max_steps = int(max_steps)
+        self.position, self.steps, self.seed = 0.0, 0, None
+
+    def reset(self, *, seed=None):
+        if seed is not None and seed == self.crash_seed:
+            os.kill(os.getpid(), signal.SIGSEGV)  # as a simulator's segfault would
+        if seed is not None and seed == self.hang_seed:
+            _mark(self.marker_dir, "env-hang")
+            time.sleep(3600)
+        self.seed = seed
+        self.position = float(np.random.default_rng(seed).uniform(-1.0, 1.0))
+        self.steps = 0
+        return self.observe()
+
+    def observe(self):
+        state = np.array([np.nan if self.seed == self.nan_seed and self.seed is not None else self.position])
+        image = np.full((8, 8, 3), int(127 + 100 * np.tanh(self.position)), dtype=np.uint8)
+        return Observation(images={"primary": image}, state={"position": state}, instruction="reach 0.5", step=self.steps)
+
+    def step(self, action):
+        time.sleep(self.step_delay)
+        self.position += 0.1 * float(action[0])
+        self.steps += 1
+        return StepResult(success=abs(self.position - TARGET) < 0.02)
+
+    def snapshot(self):
+        return (self.position, self.steps)
+
+    def restore(self, snap):
+        self.position, self.steps = snap
+
+    def close(self):
+        pass
+
+
+class Controller:
+    checkpoint = "evaltoy-p:gain=2"
+
+    def __init__(self, hang_seed=None, marker_dir=None):
+        self.hang_seed, self.marker_dir = hang_seed, marker_dir
+
+    def predict_native(self, position, request):
+        if request.seed is not None and request.seed == self.hang_seed:
+            _mark(self.marker_dir, "model-hang")
+            time.sleep(3600)
+        step = float(np.clip(2.0 * (TARGET - position), -1.0, 1.0))
+        return np.full((CHUNK, 1), step, dtype=np.float32)
+
+
+@hookimpl
+def wam_register_platforms(register):
+    register(PlatformSpec(
+        name="evaltoy", observation=OBSERVATION, control=CONTROL, make_env=EvalToyEnv, env_memory_mb=100.0,
+        options=(
+            Option("step-delay", type="float", default=0.0, help="Seconds each step takes."),
+            Option("crash-seed", type="int", default=None, help="SIGSEGV the env process at this seed's reset."),
+            Option("hang-seed", type="int", default=None, help="Hang at this seed's reset."),
+            Option("nan-seed", type="int", default=None, help="Report a NaN state for this seed."),
+            Option("marker-dir", type="path", default=None, help="Where hanging envs leave a marker."),
+        ),
+    ))
+
+
+@hookimpl
+def wam_register_models(register):
+    register(ModelSpec(
+        name="evaltoy-p",
+        load=lambda config: Controller(config.options.get("model_hang_seed"), config.options.get("model_marker_dir")),
+        adapters=[Adapter(
+            contract=CONTRACT,
+            encode=lambda request: float(request.observation.state["position"][0]),
+            decode=lambda native, request: Prediction(actions=native),
+        )],
+        capabilities=Capabilities(actions=True),
+        options=(
+            Option("model-hang-seed", type="int", default=None, help="Hang while predicting for this seed."),
+            Option("model-marker-dir", type="path", default=None, help="Where a hanging prediction leaves a marker."),
+        ),
+        timeout_s=120.0,
+    ))
