@@ -54,3 +54,28 @@ def test_libero_wam_eval_over_init_states(tmp_path, libero_registry):
     assert config["platform_options"]["resolution"] == 64
     summary = json.loads((out_dir / "summary.json").read_text())
     assert summary["episodes"] == 2 and summary["successes"] == 0
+
+
+def test_libero_wam_eval_two_envs_same_records_as_one(tmp_path):
+    """``--num-envs 2``: two LIBERO env processes share one spawned worker; every episode's
+    record equals the one of a single-env run, whichever process ran it."""
+    env = {**os.environ, "WAMCORE_PLUGIN_MODULES": "wam_libero.scripted", "WAMCORE_LOAD_PLUGINS": "wam-libero"}
+    base = [
+        sys.executable, "-m", "wamcore", "eval", "--platform", "libero", "--suite", "libero_spatial", "--task", "0,1",
+        "--init-state", "0,1", "--episodes", "1", "--am-backend", "libero-scripted", "--chunk", "4",
+        "--action", "0.6,0,-0.3,0,0,0,-1", "--resolution", "64", "--settle-steps", "2", "--max-chunks", "3", "--json",
+    ]
+    runs = {}
+    for n in (1, 2):
+        out_dir = tmp_path / f"n{n}"
+        done = subprocess.run(base + ["--num-envs", str(n), "--out", str(out_dir)], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert json.loads(done.stdout)["num_envs"] == n
+        rows = [json.loads(line) for line in (out_dir / "episodes.jsonl").read_text().splitlines()]
+        runs[n] = {r["key"]: (r["success"], r["steps"], r["stop_reason"], r["instruction"]) for r in rows}
+    assert len(runs[1]) == 4 and runs[1] == runs[2]
+    assert all(steps == 12 for _, steps, _, _ in runs[2].values())
+    assert len({instr for *_, instr in runs[2].values()}) == 2  # two tasks, two instructions
+    logs = sorted(p.name for p in (tmp_path / "n2" / "logs").iterdir())
+    assert logs == ["env-0.log", "env-1.log"]

@@ -27,6 +27,7 @@ POINTMASS_PLATFORM = PlatformSpec(
     ),
     description="A 2-D point mass that must reach the coloured target its instruction names (numpy, CPU).",
     install="pip install wam-pointmass",
+    env_memory_mb=60.0,  # one env process: about 50 MB resident, measured
 )
 
 
