@@ -30,3 +30,9 @@ def test_docs_link_to_existing_files():
     for doc in (ROOT / "docs").rglob("*.md"):
         for target in re.findall(r"\]\(([^)#:]+\.md)\)", doc.read_text()):
             assert (doc.parent / target).exists(), f"{doc.name} links to missing {target}"
+
+
+def test_the_evaluation_example_runs(docs_example, capsys):
+    exec(compile(docs_example("research-eval", doc="docs/evaluation.md"), "docs/evaluation.md", "exec"), {})
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 100 and sum(line.endswith("True") for line in lines) >= 95

@@ -1,0 +1,162 @@
+"""Evaluation throughput: episodes per hour with N env processes sharing one model worker.
+
+    # LIBERO, scripted model (no weights), N = 1 and 2 on this machine
+    MUJOCO_GL=egl WAMCORE_PLUGIN_MODULES=wam_libero.scripted python bench/eval_throughput.py \\
+        --platform libero --backend libero-scripted --num-envs 1,2 --episodes-per-env 3 \\
+        --set suite=libero_spatial --set task=0 --set resolution=128 --am-option chunk=8 --max-chunks 10
+
+    # PointMass with its reference WAM
+    python bench/eval_throughput.py --platform pointmass --backend pointmass-wam --num-envs 1,2,4
+
+For each N, in one run: ``N x --episodes-per-env`` episodes (the first of the platform's
+plan) through :class:`wamcore.evaluation.LocalEvaluation`, the model in a worker spawned
+here (also for N = 1, so that only the number of env processes changes). Time counts from
+the first episode's start to the last one's end: building the first envs and loading the
+model are not throughput. Reports episodes/hour, the ratio to N = 1, and, where NVML is
+importable (``pynvml``), the GPU's busy fraction sampled at 20 Hz over the same interval.
+Prints a table, and JSON with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+from wamcore.evaluation import EpisodeSettings, Finished, LocalEvaluation, Started
+from wamcore.registry import default_registry
+from wamcore.runtime import WorkerConfig, typed_options
+
+
+class GpuSampler:
+    """Mean of NVML's utilization.gpu (percent of time a kernel ran) over an interval."""
+
+    def __init__(self, index: int = 0, period_s: float = 0.05):
+        self.samples: List[int] = []
+        self.period_s = period_s
+        self._stop = threading.Event()
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml, self._handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
+        except Exception:  # no NVML (no GPU, or pynvml not installed)
+            self._nvml = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        if self._nvml is not None:
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu)
+            time.sleep(self.period_s)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+
+    def busy(self) -> Optional[float]:
+        return round(sum(self.samples) / len(self.samples) / 100.0, 3) if self.samples else None
+
+
+def _typed_platform_options(platform, pairs: List[str]) -> Dict[str, Any]:
+    by_dest = {o.dest: o for o in platform.options}
+    out: Dict[str, Any] = {}
+    for pair in pairs:
+        key, _, text = pair.partition("=")
+        opt = by_dest[key.replace("-", "_")]
+        out[opt.dest] = {"int": int, "float": float, "bool": lambda t: t.lower() in ("1", "true", "yes")}.get(opt.type, str)(text)
+    return out
+
+
+def measure(platform, settings, config, episodes, registry, num_envs: int, log_dir: str) -> dict:
+    evaluation = LocalEvaluation(platform, settings, config, registry=registry, num_envs=num_envs, log_dir=log_dir)
+    first = last = None
+    steps = successes = failures = 0
+    with GpuSampler() as gpu:
+        for event in evaluation.run(episodes):
+            now = time.perf_counter()
+            if isinstance(event, Started):
+                first = first if first is not None else now
+                if first == now:
+                    gpu.samples.clear()  # only the measured interval
+            elif isinstance(event, Finished):
+                last = now
+                steps += event.record["steps"]
+                successes += bool(event.record["success"])
+                failures += event.record["stop_reason"] == "runtime_failure"
+    wall = (last - first) if first is not None and last is not None else float("nan")
+    return {
+        "num_envs": num_envs,
+        "episodes": len(episodes),
+        "wall_s": round(wall, 2),
+        "episodes_per_hour": round(len(episodes) / wall * 3600.0, 1),
+        "steps_per_s": round(steps / wall, 1),
+        "mean_steps": round(steps / len(episodes), 1),
+        "successes": successes,
+        "runtime_failures": failures,
+        "gpu_busy": gpu.busy(),
+        "model": evaluation.model_info.backend if evaluation.model_info else None,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--platform", default="pointmass")
+    ap.add_argument("--backend", default="pointmass-wam")
+    ap.add_argument("--num-envs", default="1,2", help="comma-separated N to measure")
+    ap.add_argument("--episodes-per-env", type=int, default=3)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="platform option")
+    ap.add_argument("--am-option", action="append", default=[], metavar="KEY=VALUE", help="model deployment option")
+    ap.add_argument("--max-chunks", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cuda-device", default=None, help="CUDA_VISIBLE_DEVICES of the model worker")
+    ap.add_argument("--batch-window-ms", type=float, default=None, help="the worker's batching window (default: its own)")
+    ap.add_argument("--log-dir", default="runs/bench-eval")
+    ap.add_argument("--json", dest="json_out", default=None, help="also write the results here")
+    args = ap.parse_args()
+
+    registry = default_registry()
+    platform = registry.platform(args.platform)
+    spec = registry.model(args.backend)
+    options = _typed_platform_options(platform, args.set)
+    settings = EpisodeSettings(platform=platform.name, platform_options=platform.with_defaults(options),
+                               max_chunks=args.max_chunks)
+    config = WorkerConfig.from_options(
+        platform=platform.name, am_backend=spec.name, am_python=sys.executable, cuda_device=args.cuda_device,
+        backend_options=typed_options(spec, dict(p.partition("=")[::2] for p in args.am_option)),
+        log_dir=args.log_dir, batch_window_ms=args.batch_window_ms,
+    )
+    counts = [int(n) for n in args.num_envs.split(",")]
+    plan = platform.plan_episodes(options, max(counts) * args.episodes_per_env, args.seed)
+    rows = []
+    for n in counts:
+        row = measure(platform, settings, config, plan[: n * args.episodes_per_env], registry, n,
+                      os.path.join(args.log_dir, f"n{n}"))
+        row["ratio_to_n1"] = None
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    base = next((r for r in rows if r["num_envs"] == 1), None)
+    for r in rows:
+        if base is not None:
+            r["ratio_to_n1"] = round(r["episodes_per_hour"] / base["episodes_per_hour"], 2)
+    print(f"{'N':>3} {'episodes':>8} {'wall s':>8} {'episodes/h':>11} {'x N=1':>6} {'steps/s':>8} {'GPU busy':>8}")
+    for r in rows:
+        busy = "-" if r["gpu_busy"] is None else f"{100 * r['gpu_busy']:.0f}%"
+        print(f"{r['num_envs']:>3} {r['episodes']:>8} {r['wall_s']:>8} {r['episodes_per_hour']:>11} "
+              f"{r['ratio_to_n1'] if r['ratio_to_n1'] is not None else '-':>6} {r['steps_per_s']:>8} {busy:>8}")
+    report = {"platform": platform.name, "backend": spec.name, "platform_options": settings.platform_options,
+              "model_options": config.options, "cpus": os.cpu_count(), "rows": rows}
+    if args.json_out:
+        with open(args.json_out, "w") as fh:
+            json.dump(report, fh, indent=2, default=str)
+
+
+if __name__ == "__main__":
+    main()
