@@ -72,4 +72,4 @@ main() {
 main 2>&1 | tee "$OUT/log.txt"
 python3 bench/device/device_bench.py merge --out "$OUT" >/dev/null 2>&1
 echo; echo "=== [$(elapsed) s] results.json"
-cat "$OUT/results.json" 2>/dev/null
+python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1])), sort_keys=True))' "$OUT/results.json" 2>/dev/null

@@ -36,8 +36,8 @@ import traceback
 from pathlib import Path
 from typing import Any, List, Mapping, Optional, Sequence
 
-from ..errors import WamError, WorkerError
-from .env_worker import MODEL_FAULT, EnvWorker, EpisodeSettings, episode_from_json, failure_record
+from ..errors import WamError
+from .env_worker import EnvHost
 
 MODULE = "wamcore.evaluation"  # its __main__ runs main()
 _LOG_TAIL_LINES = 20
@@ -58,64 +58,17 @@ def _die_with_parent() -> None:
         pass
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 class _Child:
     def __init__(self, init: Mapping[str, Any], emit):
-        from ..registry import default_registry
-
         self.emit = emit
-        registry = default_registry()  # entry points and WAMCORE_PLUGIN_MODULES, as the driver set them
-        self.settings = EpisodeSettings.from_json(init["settings"])
-        self.platform = registry.platform(self.settings.platform)
-        self.observation = self.platform.observation_spec(self.settings.platform_options)
-        self.model_options = dict(init.get("model") or {})
-        self.endpoint: Optional[str] = None
-        self.worker = EnvWorker(self.platform, None, self.settings)
-        self.worker.prepare(init.get("first_env_options") or self.settings.platform_options)
-
-    def _connect(self, endpoint: str, worker_pid: Optional[int]) -> None:
-        from ..rpc import RemoteModel
-
-        if self.worker.model is not None:
-            self.worker.model.close()
-            self.worker.model = None
-        alive = (lambda: _pid_alive(worker_pid)) if worker_pid else None
-        model = RemoteModel(endpoint, token=self.model_options.get("token"), timeout_s=self.model_options.get("timeout_s"),
-                            alive=alive)
-        try:
-            self.worker.model = model.bind(self.platform, self.observation)
-        except BaseException:
-            model.close()
-            raise
-        self.endpoint = endpoint
+        self.host = EnvHost(init["settings"], init.get("first_env_options"), init.get("model"))
 
     def run(self, msg: Mapping[str, Any]) -> dict:
-        episode = episode_from_json(msg["episode"])
-        self.emit({"event": "started", "key": episode.key})
-        if msg["endpoint"] != self.endpoint or self.worker.model is None:
-            try:
-                self._connect(msg["endpoint"], msg.get("worker_pid"))
-            except WorkerError as exc:
-                return failure_record(episode, self.settings, f"{type(exc).__name__}: {exc}", fault=MODEL_FAULT)
-        return self.worker.run(episode)
+        self.emit({"event": "started", "key": msg["episode"]["key"]})
+        return self.host.run(msg["episode"], msg["endpoint"], msg.get("worker_pid"))
 
     def close(self) -> None:
-        if self.worker.model is not None:
-            self.worker.model.close()
-        self.worker.close()
+        self.host.close()
 
 
 _PLAIN = (str, int, float, bool, type(None))

@@ -20,6 +20,7 @@ Failures are sorted by what they mean for the rest of the evaluation:
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from typing import Any, Callable, Mapping, Optional
@@ -143,9 +144,83 @@ class EnvWorker:
         self.envs.close()
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this host runs (a zombie does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+class EnvHost:
+    """An :class:`EnvWorker` built from plain data, connected to a model worker by
+    endpoint: what an env process or a Ray env actor holds.
+
+    It builds the env for ``first_env_options`` at once (so that a missing simulator shows
+    before any model starts) and connects lazily: the endpoint comes with every episode,
+    and after a model worker restart the next episode connects to the new one.
+    ``worker_pid``, given when the worker runs on this host, lets a call notice at once that
+    the worker died instead of waiting for its deadline."""
+
+    def __init__(self, settings: Mapping[str, Any], first_env_options: Optional[Mapping[str, Any]] = None,
+                 model_options: Optional[Mapping[str, Any]] = None, registry=None):
+        from ..registry import default_registry
+
+        registry = registry or default_registry()  # installed plugins and WAMCORE_PLUGIN_MODULES
+        self.settings = EpisodeSettings.from_json(settings)
+        self.platform = registry.platform(self.settings.platform)
+        self.observation = self.platform.observation_spec(self.settings.platform_options)
+        self.model_options = dict(model_options or {})
+        self.endpoint: Optional[str] = None
+        self.worker = EnvWorker(self.platform, None, self.settings)
+        self.worker.prepare(first_env_options if first_env_options is not None else self.settings.platform_options)
+
+    def _connect(self, endpoint: str, worker_pid: Optional[int]) -> None:
+        from ..rpc import RemoteModel
+
+        self._disconnect()
+        alive = (lambda: pid_alive(worker_pid)) if worker_pid else None
+        model = RemoteModel(endpoint, token=self.model_options.get("token"), timeout_s=self.model_options.get("timeout_s"),
+                            alive=alive)
+        try:
+            self.worker.model = model.bind(self.platform, self.observation)
+        except BaseException:
+            model.close()
+            raise
+        self.endpoint = endpoint
+
+    def _disconnect(self) -> None:
+        if self.worker.model is not None:
+            self.worker.model.close()
+            self.worker.model = None
+
+    def run(self, episode: Mapping[str, Any], endpoint: str, worker_pid: Optional[int] = None) -> dict:
+        """The record of one episode (``episode`` as :func:`episode_to_json` writes it)."""
+        ep = episode_from_json(episode)
+        if endpoint != self.endpoint or self.worker.model is None:
+            try:
+                self._connect(endpoint, worker_pid)
+            except WorkerError as exc:
+                return failure_record(ep, self.settings, f"{type(exc).__name__}: {exc}", fault=MODEL_FAULT)
+        return self.worker.run(ep)
+
+    def close(self) -> None:
+        self._disconnect()
+        self.worker.close()
+
+
 __all__ = [
     "EpisodeSettings",
     "EnvWorker",
+    "EnvHost",
+    "pid_alive",
     "failure_record",
     "episode_to_json",
     "episode_from_json",
