@@ -5,11 +5,12 @@ Loaded in-process by the tests and, in env processes and model workers, through
 
 * platform ``evaltoy``: a point on a line that must reach 0.5; the reset seed sets where it
   starts. Options make it slow (``--step-delay``), crash its process with SIGSEGV at the
-  reset of one seed (``--crash-seed``), hang at the reset of one seed (``--hang-seed``), or
-  report a NaN state at one seed (``--nan-seed``). ``--marker-dir`` is where a hanging env
-  leaves ``env-hang-<pid>`` so that a test knows which process to kill;
+  reset of one seed (``--crash-seed``), hang at the reset of one seed (``--hang-seed``; with
+  ``--marker-dir``, only the first time: a retry gets through), or report a NaN state at one
+  seed (``--nan-seed``). A hanging env leaves ``env-hang-<pid>`` in ``--marker-dir`` so that a
+  test knows which process to kill;
 * model ``evaltoy-p``: a deterministic proportional controller; ``--model-hang-seed`` makes its
-  prediction for that seed hang (after leaving ``model-hang-<pid>`` in ``--marker-dir``).
+  first prediction for that seed hang (leaving ``model-hang-<pid>`` in ``--model-marker-dir``).
 """
 
 from __future__ import annotations
@@ -44,9 +45,14 @@ CONTRACT = AdapterContract(platform="evaltoy", action_space=CONTROL.action_space
                            cameras={"primary": (8, 8)}, state={"position": 1}, chunk_size=CHUNK)
 
 
-def _mark(marker_dir, name: str) -> None:
-    if marker_dir:
-        Path(marker_dir, f"{name}-{os.getpid()}").write_text(str(os.getpid()))
+def _first_time(marker_dir, name: str) -> bool:
+    """Leave ``name-<pid>`` in ``marker_dir``; True if no process left one before (a fault
+    that strikes once, so that a retry of the same episode gets through)."""
+    if not marker_dir:
+        return True
+    before = list(Path(marker_dir).glob(f"{name}-*"))
+    Path(marker_dir, f"{name}-{os.getpid()}").write_text(str(os.getpid()))
+    return not before
 
 
 class EvalToyEnv:
@@ -63,8 +69,7 @@ class EvalToyEnv:
     def reset(self, *, seed=None):
         if seed is not None and seed == self.crash_seed:
             os.kill(os.getpid(), signal.SIGSEGV)  # as a simulator's segfault would
-        if seed is not None and seed == self.hang_seed:
-            _mark(self.marker_dir, "env-hang")
+        if seed is not None and seed == self.hang_seed and _first_time(self.marker_dir, "env-hang"):
             time.sleep(3600)
         self.seed = seed
         self.position = float(np.random.default_rng(seed).uniform(-1.0, 1.0))
@@ -99,8 +104,7 @@ class Controller:
         self.hang_seed, self.marker_dir = hang_seed, marker_dir
 
     def predict_native(self, position, request):
-        if request.seed is not None and request.seed == self.hang_seed:
-            _mark(self.marker_dir, "model-hang")
+        if request.seed is not None and request.seed == self.hang_seed and _first_time(self.marker_dir, "model-hang"):
             time.sleep(3600)
         step = float(np.clip(2.0 * (TARGET - position), -1.0, 1.0))
         return np.full((CHUNK, 1), step, dtype=np.float32)

@@ -320,8 +320,18 @@ class Worker:
                 )
             time.sleep(0.05)
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+    def alive(self, settle_s: float = 0.0) -> bool:
+        """Whether the process runs. ``settle_s``: after a client lost its connection, how
+        long a dying process may take to be seen gone (a killed process closes its sockets a
+        moment before it can be reaped)."""
+        if self.proc is None:
+            return False
+        if settle_s > 0 and self.proc.poll() is None:
+            try:
+                self.proc.wait(settle_s)
+            except subprocess.TimeoutExpired:
+                pass
+        return self.proc.poll() is None
 
     def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
         try:
@@ -393,13 +403,14 @@ def _resolve_python(python: str) -> str:
     return os.path.abspath(found)
 
 
-def worker_argv(config: WorkerConfig, *, spec: Optional[ModelSpec], ready_file: str, python: str) -> List[str]:
+def worker_argv(config: WorkerConfig, *, spec: Optional[ModelSpec], ready_file: str, python: str,
+                host: str = "127.0.0.1") -> List[str]:
     """The ``wam serve`` command line of a spawned worker."""
     argv = [
         python, "-m", "wamcore", "serve",
         "--am-backend", str(config.backend),
         "--platform", config.platform,
-        "--host", "127.0.0.1", "--port", "0",
+        "--host", host, "--port", "0",
         "--parent-watch", "--ready-file", ready_file,
     ]
     if config.checkpoint:
@@ -414,10 +425,13 @@ def worker_argv(config: WorkerConfig, *, spec: Optional[ModelSpec], ready_file: 
     return argv + option_flags(spec, config.options, config.passthrough)
 
 
-def spawn_worker(config: WorkerConfig, *, registry: Optional[Registry] = None, env: Optional[Mapping[str, str]] = None) -> Worker:
+def spawn_worker(config: WorkerConfig, *, registry: Optional[Registry] = None, env: Optional[Mapping[str, str]] = None,
+                 host: str = "127.0.0.1") -> Worker:
     """Start ``<python> -m wamcore serve ...`` for ``config`` and wait until it is ready.
 
-    ``env`` adds to (or overrides) this process's environment for the worker."""
+    ``env`` adds to (or overrides) this process's environment for the worker. ``host`` is
+    the address it binds: anything but loopback needs ``config.token`` (a Ray model actor
+    serving env actors on other nodes binds its node's interfaces)."""
     if config.mode != SPAWN:
         raise ConfigurationError("spawn_worker needs a config with --am-python")
     python = _resolve_python(config.python)
@@ -438,7 +452,7 @@ def spawn_worker(config: WorkerConfig, *, registry: Optional[Registry] = None, e
     if config.token:
         env["WAMCORE_TOKEN"] = config.token  # never on argv, where `ps` shows it
     worker = Worker(
-        worker_argv(config, spec=spec, ready_file=str(ready_path), python=python),
+        worker_argv(config, spec=spec, ready_file=str(ready_path), python=python, host=host),
         cwd=config.root,
         env=env,
         log_path=log_path,

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
+import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 import click
 
 from .. import __version__
+from ..errors import ConfigurationError
 from ..specs import PlatformSpec
 from .common import PairedCommand, _episode_options, _resolve, cli, deployment_options
 
@@ -24,6 +26,13 @@ from .common import PairedCommand, _episode_options, _resolve, cli, deployment_o
                       "this process). See docs/evaluation.md for how to choose it."),
     click.Option(["--am-restarts"], type=click.IntRange(min=0), default=1, show_default=True,
                  help="How often a model worker started here is restarted when it dies before the evaluation stops."),
+    click.Option(["--executor"], type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                 help="local: env processes on this host. ray: env and model actors on a Ray cluster "
+                      "(pip install \"wamcore[ray]\"; docs/evaluation.md#ray)."),
+    click.Option(["--ray-address"], default=None,
+                 help="Ray cluster to join (ray.init(address=...)); default: a local Ray cluster on this machine."),
+    click.Option(["--num-model-workers"], type=click.IntRange(min=1), default=1, show_default=True,
+                 help="With --executor ray: model actors, one GPU each when the cluster has GPUs."),
     click.Option(["--skip-memory-check"], is_flag=True,
                  help="Start --num-envs processes even if they do not seem to fit in the free memory."),
     click.Option(["--out"], type=click.Path(file_okay=False), default=None,
@@ -46,10 +55,15 @@ def eval_(ctx, **kwargs):
     as_json, count = kwargs.pop("as_json"), kwargs.pop("episodes")
     out_opt, resume, overwrite = kwargs.pop("out"), kwargs.pop("resume"), kwargs.pop("overwrite")
     num_envs, restarts, skip_memory = kwargs.pop("num_envs"), kwargs.pop("am_restarts"), kwargs.pop("skip_memory_check")
+    executor, ray_address, num_models = kwargs.pop("executor"), kwargs.pop("ray_address"), kwargs.pop("num_model_workers")
+    if executor == "local" and (ray_address or num_models != 1):
+        raise ConfigurationError("--ray-address and --num-model-workers need --executor ray")
     planned = {}
 
     def preflight(p: PlatformSpec, options) -> Any:
         planned["episodes"] = episodes = p.plan_episodes(options, count, seed)
+        if executor == "ray":
+            return None  # Ray places the envs; each actor builds its own
         if num_envs > 1:
             if not skip_memory:
                 check_num_envs(p, num_envs)
@@ -82,12 +96,20 @@ def eval_(ctx, **kwargs):
         raise
     todo = [e for e in episodes if e.key not in done]
     records = list(done.values())
-    evaluation = LocalEvaluation(platform, settings, config, registry=reg, num_envs=num_envs, am_restarts=restarts,
-                                 log_dir=results.logs, first_env=first_env)
+    if executor == "ray":
+        from ..evaluation.ray_executor import RayEvaluation
+
+        evaluation = RayEvaluation(platform, settings, config, registry=reg, num_envs=num_envs,
+                                   num_model_workers=num_models, ray_address=ray_address, am_restarts=restarts)
+    else:
+        evaluation = LocalEvaluation(platform, settings, config, registry=reg, num_envs=num_envs, am_restarts=restarts,
+                                     log_dir=results.logs, first_env=first_env)
     progress = Progress(len(episodes), records, label=f"{backend} on {platform.name}")
     t0 = time.perf_counter()
     try:
-        with _sigterm_as_interrupt():
+        # stdout carries the result alone (one JSON document with --json): whatever a
+        # simulator or Ray prints meanwhile goes to stderr
+        with _sigterm_as_interrupt(), contextlib.redirect_stdout(sys.stderr):
             for event in evaluation.run(todo):
                 if isinstance(event, Started):
                     progress.started(event.key)
@@ -105,7 +127,7 @@ def eval_(ctx, **kwargs):
         results.close()
     summary = summarize(records)
     summary.update(
-        platform=platform.name, model=backend, num_envs=num_envs, seed=seed, wamcore=__version__,
+        platform=platform.name, model=backend, num_envs=num_envs, executor=executor, seed=seed, wamcore=__version__,
         model_info=_identity(evaluation.model_info), model_restarts=evaluation.model_restarts, wall_s=round(time.perf_counter() - t0, 2), out=str(out),
     )
     results.write_summary(summary)
@@ -136,7 +158,7 @@ def _identity(info) -> Any:
     }
 
 
-@contextmanager
+@contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM stops the evaluation as Ctrl-C does: processes stopped, results kept."""
 

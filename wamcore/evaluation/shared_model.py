@@ -9,7 +9,6 @@ serves as a health probe for a borrowed worker.
 from __future__ import annotations
 
 import logging
-import subprocess
 from typing import Mapping, Optional
 
 from ..contracts import ModelInfo, ObservationSpec
@@ -21,7 +20,7 @@ from ..specs import PlatformSpec
 log = logging.getLogger("wamcore.evaluation")
 
 _HEALTH_TIMEOUT_S = 5.0
-#: a killed process closes its sockets a moment before it can be reaped
+#: how long a worker whose client lost it may take to be seen gone (``Worker.alive``)
 SETTLE_S = 1.0
 
 
@@ -99,12 +98,7 @@ class SharedModel:
         connection, how long a dying process may take to be seen gone). A borrowed one: it
         answers ``health``."""
         if self.worker is not None:
-            if settle_s > 0 and self.worker.alive():
-                try:
-                    self.worker.proc.wait(settle_s)
-                except subprocess.TimeoutExpired:
-                    pass
-            return self.worker.alive()
+            return self.worker.alive(settle_s)
         try:
             self.client.health(_HEALTH_TIMEOUT_S)
             return True
