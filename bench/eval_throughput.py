@@ -3,14 +3,19 @@
     # LIBERO, scripted model (no weights), N = 1 and 2 on this machine
     MUJOCO_GL=egl WAMCORE_PLUGIN_MODULES=wam_libero.scripted python bench/eval_throughput.py \\
         --platform libero --backend libero-scripted --num-envs 1,2 --episodes-per-env 3 \\
-        --set suite=libero_spatial --set task=0 --set resolution=128 --am-option chunk=8 --max-chunks 10
+        --set suite=libero_spatial --set task=0 --am-option chunk=8 --max-chunks 10
 
     # PointMass with its reference WAM
     python bench/eval_throughput.py --platform pointmass --backend pointmass-wam --num-envs 1,2,4
 
+    # the same through Ray (local cluster) against local env processes, same N
+    python bench/eval_throughput.py --executor local,ray --num-envs 2 --episodes-per-env 100
+
 For each N, in one run: ``N x --episodes-per-env`` episodes (the first of the platform's
 plan) through :class:`wamcore.evaluation.LocalEvaluation`, the model in a worker spawned
-here (also for N = 1, so that only the number of env processes changes). Time counts from
+here (also for N = 1, so that only the number of env processes changes), or, with
+``--executor ray``, through :class:`~wamcore.evaluation.ray_executor.RayEvaluation` with K
+model actors (``--num-model-workers``). Time counts from
 the first episode's start to the last one's end: building the first envs and loading the
 model are not throughput. Reports episodes/hour, the ratio to N = 1, and, where NVML is
 importable (``pynvml``), the GPU's busy fraction sampled at 20 Hz over the same interval.
@@ -75,8 +80,15 @@ def _typed_platform_options(platform, pairs: List[str]) -> Dict[str, Any]:
     return out
 
 
-def measure(platform, settings, config, episodes, registry, num_envs: int, log_dir: str) -> dict:
-    evaluation = LocalEvaluation(platform, settings, config, registry=registry, num_envs=num_envs, log_dir=log_dir)
+def measure(platform, settings, config, episodes, registry, num_envs: int, log_dir: str, executor: str = "local",
+            num_model_workers: int = 1, ray_address: Optional[str] = None) -> dict:
+    if executor == "ray":
+        from wamcore.evaluation.ray_executor import RayEvaluation
+
+        evaluation = RayEvaluation(platform, settings, config, registry=registry, num_envs=num_envs,
+                                   num_model_workers=num_model_workers, ray_address=ray_address)
+    else:
+        evaluation = LocalEvaluation(platform, settings, config, registry=registry, num_envs=num_envs, log_dir=log_dir)
     first = last = None
     steps = successes = failures = 0
     with GpuSampler() as gpu:
@@ -93,10 +105,13 @@ def measure(platform, settings, config, episodes, registry, num_envs: int, log_d
                 failures += event.record["stop_reason"] == "runtime_failure"
     wall = (last - first) if first is not None and last is not None else float("nan")
     return {
+        "executor": executor,
         "num_envs": num_envs,
+        "num_model_workers": num_model_workers if executor == "ray" else 1,
         "episodes": len(episodes),
         "wall_s": round(wall, 2),
         "episodes_per_hour": round(len(episodes) / wall * 3600.0, 1),
+        "s_per_episode_per_env": round(wall * num_envs / len(episodes), 3),
         "steps_per_s": round(steps / wall, 1),
         "mean_steps": round(steps / len(episodes), 1),
         "successes": successes,
@@ -111,6 +126,9 @@ def main() -> None:
     ap.add_argument("--platform", default="pointmass")
     ap.add_argument("--backend", default="pointmass-wam")
     ap.add_argument("--num-envs", default="1,2", help="comma-separated N to measure")
+    ap.add_argument("--executor", default="local", help="comma-separated executors to measure: local, ray")
+    ap.add_argument("--num-model-workers", default="1", help="with ray: comma-separated K (model actors) to measure")
+    ap.add_argument("--ray-address", default=None)
     ap.add_argument("--episodes-per-env", type=int, default=3)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="platform option")
     ap.add_argument("--am-option", action="append", default=[], metavar="KEY=VALUE", help="model deployment option")
@@ -134,23 +152,25 @@ def main() -> None:
         log_dir=args.log_dir, batch_window_ms=args.batch_window_ms,
     )
     counts = [int(n) for n in args.num_envs.split(",")]
+    cases = [(ex, n, k) for ex in args.executor.split(",") for k in (map(int, args.num_model_workers.split(","))
+             if ex == "ray" else [1]) for n in counts]
     plan = platform.plan_episodes(options, max(counts) * args.episodes_per_env, args.seed)
     rows = []
-    for n in counts:
+    for ex, n, k in cases:
         row = measure(platform, settings, config, plan[: n * args.episodes_per_env], registry, n,
-                      os.path.join(args.log_dir, f"n{n}"))
-        row["ratio_to_n1"] = None
+                      os.path.join(args.log_dir, f"{ex}-n{n}-k{k}"), ex, k, args.ray_address)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
-    base = next((r for r in rows if r["num_envs"] == 1), None)
+    base = next((r for r in rows if r["num_envs"] == 1 and r["executor"] == "local"), rows[0])
     for r in rows:
-        if base is not None:
-            r["ratio_to_n1"] = round(r["episodes_per_hour"] / base["episodes_per_hour"], 2)
-    print(f"{'N':>3} {'episodes':>8} {'wall s':>8} {'episodes/h':>11} {'x N=1':>6} {'steps/s':>8} {'GPU busy':>8}")
+        r["ratio"] = round(r["episodes_per_hour"] / base["episodes_per_hour"], 2)
+    print(f"ratio: episodes/hour against {base['executor']} N={base['num_envs']} of the same run")
+    print(f"{'executor':>8} {'N':>3} {'K':>2} {'episodes':>8} {'wall s':>8} {'episodes/h':>11} {'ratio':>6} "
+          f"{'s/ep/env':>8} {'steps/s':>8} {'GPU busy':>8}")
     for r in rows:
         busy = "-" if r["gpu_busy"] is None else f"{100 * r['gpu_busy']:.0f}%"
-        print(f"{r['num_envs']:>3} {r['episodes']:>8} {r['wall_s']:>8} {r['episodes_per_hour']:>11} "
-              f"{r['ratio_to_n1'] if r['ratio_to_n1'] is not None else '-':>6} {r['steps_per_s']:>8} {busy:>8}")
+        print(f"{r['executor']:>8} {r['num_envs']:>3} {r['num_model_workers']:>2} {r['episodes']:>8} {r['wall_s']:>8} "
+              f"{r['episodes_per_hour']:>11} {r['ratio']:>6} {r['s_per_episode_per_env']:>8} {r['steps_per_s']:>8} {busy:>8}")
     report = {"platform": platform.name, "backend": spec.name, "platform_options": settings.platform_options,
               "model_options": config.options, "cpus": os.cpu_count(), "rows": rows}
     if args.json_out:
