@@ -14,13 +14,13 @@ one that talks to a worker.
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import attrs
 import numpy as np
 
 from .contracts import AdapterContract, ControlSpec, ModelInfo, ObservationSpec, PredictRequest, Prediction
-from .errors import ActionError, CapabilityError, IncompatiblePairError, ObservationError
+from .errors import ActionError, CapabilityError, ConfigurationError, IncompatiblePairError, ObservationError, PredictionError
 from .pairing import check_model_info
 from .specs import ModelConfig, ModelSpec, PlatformSpec, resolve_callable
 from .validation import validate_actions, validate_observation, validate_prediction
@@ -30,6 +30,20 @@ DEFAULT_SESSION = "default"
 
 def _ms(t0: float, t1: float) -> float:
     return round((t1 - t0) * 1000.0, 3)
+
+
+def _declared_batch(native: Any) -> int:
+    """The model's ``max_batch``, checked against what it implements (1: no batching)."""
+    batch = getattr(native, "max_batch", None)
+    if batch is None:
+        return 1
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ConfigurationError(f"{type(native).__name__}.max_batch must be a positive int, got {batch!r}")
+    if batch > 1 and not callable(getattr(native, "predict_native_batch", None)):
+        raise ConfigurationError(
+            f"{type(native).__name__} declares max_batch={batch} but has no predict_native_batch(native_inputs, requests)"
+        )
+    return batch
 
 
 class ModelService:
@@ -49,6 +63,7 @@ class ModelService:
         self.contract: AdapterContract = adapter.contract
         self.native = native if native is not None else resolve_callable(self.spec.load)(config)
         self._sessions = bool(getattr(self.native, "uses_sessions", False))
+        self._max_batch = _declared_batch(self.native)
         self.info = ModelInfo(
             backend=self.spec.name,
             checkpoint=getattr(self.native, "checkpoint", None) or config.checkpoint,
@@ -68,7 +83,66 @@ class ModelService:
         """Whether the model keeps state per session (a worker then resets a dropped one)."""
         return self._sessions
 
+    @property
+    def max_batch(self) -> int:
+        """How many requests one native call may take (1: the model does not batch)."""
+        return self._max_batch
+
+    @property
+    def max_batch(self) -> int:
+        """How many requests one native call may take (1: the model does not batch)."""
+        return self._max_batch
+
     def predict(self, request: PredictRequest, session: str = DEFAULT_SESSION) -> Prediction:
+        native_in, timing = self._encode(request)
+        t0 = time.perf_counter()
+        if self._sessions:
+            native_out = self.native.predict_native(native_in, request, session=session)
+        else:
+            native_out = self.native.predict_native(native_in, request)
+        timing["model_ms"] = _ms(t0, time.perf_counter())
+        return self._decode(native_out, request, timing)
+
+    def predict_batch(self, items: Sequence[Tuple[PredictRequest, str]]) -> List[Union[Prediction, Exception]]:
+        """Answer ``(request, session)`` pairs with one native call; one result per item.
+
+        Each observation is validated on its own first: a bad one gets its own typed error
+        and never reaches the model, and the others still run. An error of the batched
+        call itself is the result of every item in it."""
+        results: List[Union[Prediction, Exception, None]] = [None] * len(items)
+        batch = []  # (index, native input, timing)
+        for i, (request, _) in enumerate(items):
+            try:
+                batch.append((i, *self._encode(request)))
+            except Exception as exc:  # typed by validation or the adapter; only this item fails
+                results[i] = exc
+        if not batch:
+            return results  # type: ignore[return-value]
+        requests = [items[i][0] for i, _, _ in batch]
+        natives = [native for _, native, _ in batch]
+        t0 = time.perf_counter()
+        try:
+            if self._sessions:
+                outs = list(self.native.predict_native_batch(natives, requests, sessions=[items[i][1] for i, _, _ in batch]))
+            else:
+                outs = list(self.native.predict_native_batch(natives, requests))
+            if len(outs) != len(batch):
+                raise PredictionError([f"predict_native_batch returned {len(outs)} outputs for {len(batch)} inputs"])
+        except Exception as exc:
+            outs = [exc] * len(batch)
+        model_ms = _ms(t0, time.perf_counter())
+        for (i, _, timing), out, request in zip(batch, outs, requests):
+            timing.update(model_ms=model_ms, batch_size=len(batch))
+            try:
+                if isinstance(out, Exception):
+                    raise out
+                results[i] = self._decode(out, request, timing)
+            except Exception as exc:
+                results[i] = exc
+        return results  # type: ignore[return-value]
+
+    def _encode(self, request: PredictRequest) -> Tuple[Any, dict]:
+        """Validate the request against the contract, then the adapter's encode."""
         if not isinstance(request, PredictRequest):
             raise ObservationError([f"expected a PredictRequest, got {type(request).__name__}"])
         t0 = time.perf_counter()
@@ -77,17 +151,13 @@ class ModelService:
             self._check_candidates(request.candidate_actions)
         t1 = time.perf_counter()
         native_in = self.adapter.encode(request)
-        t2 = time.perf_counter()
-        if self._sessions:
-            native_out = self.native.predict_native(native_in, request, session=session)
-        else:
-            native_out = self.native.predict_native(native_in, request)
-        t3 = time.perf_counter()
+        return native_in, {"validate_ms": _ms(t0, t1), "encode_ms": _ms(t1, time.perf_counter())}
+
+    def _decode(self, native_out: Any, request: PredictRequest, timing: dict) -> Prediction:
+        t0 = time.perf_counter()
         pred = self.adapter.decode(native_out, request)
         validate_prediction(pred, self.info.capabilities, self.contract)
-        t4 = time.perf_counter()
-        timing = dict(pred.timing)
-        timing.update(validate_ms=_ms(t0, t1), encode_ms=_ms(t1, t2), model_ms=_ms(t2, t3), decode_ms=_ms(t3, t4))
+        timing = {**pred.timing, **timing, "decode_ms": _ms(t0, time.perf_counter())}
         return pred.replace(timing=timing)
 
     def _check_candidates(self, candidates) -> None:

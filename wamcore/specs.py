@@ -37,7 +37,7 @@ RESERVED_OPTION_NAMES = frozenset(
     predict-future am-option am-timeout am-token am-log-dir am-start-timeout
     vla-backend wam-backend vla-endpoint wam-endpoint vla-model-path wam-checkpoint pi05-python
     wam-python wam-root vla-cuda-device wam-cuda-device
-    host port token parent-watch ready-file session-ttl
+    host port token parent-watch ready-file session-ttl batch-window-ms max-batch
     num-envs am-restarts skip-memory-check am-batch-window-ms executor ray-address num-model-workers""".split()
 )
 
@@ -223,7 +223,15 @@ class NativeModel(Protocol):
     """What a model plugin's loader returns: it speaks the model's native format only.
 
     Optional attributes read by the core: ``checkpoint`` (identity string), ``device``,
-    ``reset(session_id)`` for stateful models, ``close()``.
+    ``timeout_s``, ``details``, ``uses_sessions`` (then ``predict_native`` and ``reset``
+    get ``session=``), ``reset()``, ``close()``.
+
+    Batching (optional): ``max_batch: int`` > 1 and
+    ``predict_native_batch(native_inputs: list, requests: list) -> list`` (one native output
+    per input, in order; with ``uses_sessions`` also ``sessions=[...]``). A worker then runs
+    predictions of different sessions that arrive within ``--batch-window-ms`` as one call;
+    each observation is validated on its own before, so the batch holds valid inputs only.
+    A prediction alone still goes through ``predict_native``.
     """
 
     def predict_native(self, native_input: Any, request: PredictRequest) -> Any: ...

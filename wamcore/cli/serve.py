@@ -36,6 +36,11 @@ def _serve_options() -> List[click.Option]:
                      help="Also write the ready line (JSON: endpoint, port, device, pid) to this file."),
         click.Option(["--session-ttl"], type=float, default=3600.0, show_default=True,
                      help="Seconds after which an idle client session is dropped."),
+        click.Option(["--batch-window-ms"], type=click.FloatRange(min=0.0), default=2.0, show_default=True,
+                     help="For a model that batches: how long a prediction waits for those of other sessions "
+                          "to share one model call (0 turns batching off)."),
+        click.Option(["--max-batch"], type=click.IntRange(min=1), default=None,
+                     help="Most predictions in one model call (default and cap: the model's own max_batch)."),
         o("--cuda-device", "--am-cuda-device", "cuda_device", default=None,
           help="CUDA_VISIBLE_DEVICES for this worker (set before the model loads; default: inherited)."),
     ]
@@ -84,6 +89,7 @@ def serve(ctx, **kwargs):
                          predict_future=kwargs.pop("predict_future"), options=deploy)
     service = ModelService(spec, config)
     rpc_server.serve(service, host=host, port=port, token=token, session_ttl_s=kwargs.pop("session_ttl"),
-                     ready_file=kwargs.pop("ready_file"), aliases=spec.aliases)
+                     ready_file=kwargs.pop("ready_file"), aliases=spec.aliases,
+                     batch_window_s=kwargs.pop("batch_window_ms") / 1000.0, max_batch=kwargs.pop("max_batch"))
 
 

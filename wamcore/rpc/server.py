@@ -25,6 +25,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import math
 import os
 import signal
 import socket
@@ -32,7 +33,7 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any, Dict, Optional, TextIO
+from typing import Any, Callable, Dict, List, Optional, TextIO
 
 import attrs
 import zmq
@@ -50,6 +51,9 @@ from .shm import SharedSegments
 log = logging.getLogger("wamcore.worker")
 
 DEFAULT_SESSION_TTL_S = 3600.0
+#: how long a predict request of a batching model waits for requests of other sessions
+DEFAULT_BATCH_WINDOW_S = 0.002
+_MAX_DRAIN = 64  # ZeroMQ messages taken per wake-up
 #: how long a worker told to stop may take to close its model before it is forced out
 STOP_GRACE_S = 2.0
 _POLL_MS = 100
@@ -159,6 +163,21 @@ class _Session:
     predictions: int = 0
 
 
+@attrs.define
+class _Pending:
+    """A predict request waiting for its batch; ``reply(frames)`` answers it on its own
+    transport (its ZeroMQ identity or its Unix connection)."""
+
+    rid: Any
+    session: str
+    request: PredictRequest
+    reply: Callable[[list], None]
+    t0: float
+
+
+_DEFERRED = object()  # a result that is sent later, when the request's batch runs
+
+
 class WorkerServer:
     """Serves one ModelService on a ZeroMQ ROUTER socket bound at construction.
 
@@ -175,9 +194,16 @@ class WorkerServer:
         token: Optional[str] = None,
         session_ttl_s: float = DEFAULT_SESSION_TTL_S,
         aliases: tuple = (),
+        batch_window_s: float = DEFAULT_BATCH_WINDOW_S,
+        max_batch: Optional[int] = None,
     ):
         check_bind(host, token)
         self.service = service
+        self.batch_window_s = max(0.0, float(batch_window_s))
+        self.max_batch = service.max_batch if max_batch is None else max(1, min(int(max_batch), service.max_batch))
+        self._pending: List[_Pending] = []
+        self._pending_until = 0.0
+        self._batches: Dict[int, int] = {}  # group size -> how many groups
         self.token = token or None
         self.session_ttl_s = float(session_ttl_s)
         self.instance = uuid.uuid4().hex
@@ -235,59 +261,100 @@ class WorkerServer:
 
     # ------------------------------------------------------------------ loop
 
+    @property
+    def batching(self) -> bool:
+        return self.batch_window_s > 0 and self.max_batch > 1
+
     def serve_forever(self) -> None:
         """Answer requests until ``shutdown``, a signal, or the parent watch stops us."""
-        poller = zmq.Poller()
+        self._poller = poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
         if self._local is not None:
             poller.register(self._local.sock, zmq.POLLIN)
         next_sweep = time.monotonic() + 1.0
-        while not self._stopping and not _Stop.event.is_set():
-            for item, _ in poller.poll(_POLL_MS):
-                if item is self._sock:
-                    self._handle(self._sock.recv_multipart(copy=False))
-                elif self._local is not None and item == self._local.sock.fileno():  # raw sockets poll as fds
-                    conn = self._local.accept()
-                    if conn is not None:
-                        poller.register(conn, zmq.POLLIN)
-                else:
-                    self._handle_local(poller, item)
-            now = time.monotonic()
-            if now >= next_sweep:
-                self._sweep(now)
-                next_sweep = now + 1.0
+        try:
+            while not self._stopping and not _Stop.event.is_set():
+                timeout = _POLL_MS
+                if self._pending:  # wake up when the batch's window closes
+                    timeout = max(0, math.ceil((self._pending_until - time.monotonic()) * 1000))
+                for item, _ in poller.poll(timeout):
+                    if item is self._sock:
+                        self._handle_zmq()
+                    elif self._local is not None and item == self._local.sock.fileno():  # raw sockets poll as fds
+                        conn = self._local.accept()
+                        if conn is not None:
+                            poller.register(conn, zmq.POLLIN)
+                    else:
+                        self._handle_local(item)
+                now = time.monotonic()
+                if self._pending and now >= self._pending_until:
+                    self._flush()
+                if now >= next_sweep:
+                    self._sweep(now)
+                    next_sweep = now + 1.0
+        finally:
+            self._flush()  # requests already taken get their answers
 
-    def _handle(self, frames: list) -> None:
-        identity, out = frames[0], self._answer(frames[1:])
-        self._sock.send_multipart([identity, *out], copy=wire.frames_nbytes(out) < 64 * 1024)
+    def _handle_zmq(self) -> None:
+        # every queued message, so that requests that arrived together can share a batch
+        for _ in range(_MAX_DRAIN):
+            frames = self._sock.recv_multipart(copy=False)
+            identity = frames[0]
 
-    def _handle_local(self, poller: zmq.Poller, fd: int) -> None:
+            def reply(out: list, identity=identity) -> None:
+                self._sock.send_multipart([identity, *out], copy=wire.frames_nbytes(out) < 64 * 1024)
+
+            self._serve(frames[1:], reply)
+            if not self._sock.get(zmq.EVENTS) & zmq.POLLIN:
+                return
+
+    def _handle_local(self, fd: int) -> None:
         conn = self._local.conns.get(fd)
         if conn is None:
             return
         try:
-            local.send_frames(conn, self._answer(local.recv_frames(conn)))
+            body = local.recv_frames(conn)
         except (OSError, ProtocolError) as exc:  # the client went away or broke the framing
-            log.info("local connection closed: %s", exc)
-            poller.unregister(conn)
+            self._drop_local(conn, exc)
+            return
+
+        def reply(out: list) -> None:
+            try:
+                local.send_frames(conn, out)
+            except OSError as exc:
+                self._drop_local(conn, exc)
+
+        self._serve(body, reply)
+
+    def _drop_local(self, conn, why: Exception) -> None:
+        if self._local.conns.get(conn.fileno()) is conn:
+            log.info("local connection closed: %s", why)
+            self._poller.unregister(conn)
             self._local.drop(conn)
 
-    def _answer(self, body: list) -> list:
-        """The encoded answer to one request; every failure becomes a typed error answer."""
+    def _serve(self, body: list, reply: Callable[[list], None]) -> None:
+        """Answer one request through ``reply``: now, or when its batch runs. Every failure
+        becomes a typed error answer."""
         rid: Any = None
         try:
             msg = wire.decode(body, shared=self._shared.resolve)
             if isinstance(msg, dict):
                 rid = msg.get("id")
             protocol.check_envelope(msg, protocol.REQUEST)
-            result = self._dispatch(msg)
-            return wire.encode(protocol.response(rid, self.instance, result))
+            result = self._dispatch(msg, rid, reply)
+            if result is _DEFERRED:
+                return
+            out = wire.encode(protocol.response(rid, self.instance, result))
         except Exception as exc:  # every failure goes back typed; the worker keeps serving
-            self._errors += 1
-            log.info("request %r failed: %s: %s", rid, type(exc).__name__, exc)
-            return wire.encode(protocol.error_response(rid, self.instance, exc))
+            out = self._error(rid, exc)
+        reply(out)
 
-    def _dispatch(self, msg: dict) -> Any:
+    def _error(self, rid: Any, exc: Exception) -> list:
+        self._errors += 1
+        log.info("request %r failed: %s: %s", rid, type(exc).__name__, exc)
+        return wire.encode(protocol.error_response(rid, self.instance, exc))
+
+    def _dispatch(self, msg: dict, rid: Any, reply: Callable[[list], None]) -> Any:
         method = msg.get("method")
         if self.token is not None:
             given = msg.get("token")
@@ -315,11 +382,9 @@ class WorkerServer:
             return self._info_wire
         if method == "predict":
             request = _predict_request(args.get("request"))
-            t0 = time.perf_counter()
-            out = self.service.predict(request, session=msg["session"]).to_wire()
             session.predictions += 1
-            out["timing"]["server_ms"] = round((time.perf_counter() - t0) * 1000.0, 3)  # to_wire copied it
-            return out
+            self._enqueue(_Pending(rid, msg["session"], request, reply, time.perf_counter()))
+            return _DEFERRED
         if method == "reset":
             self.service.reset(msg["session"])
             return {"ok": True}
@@ -331,6 +396,49 @@ class WorkerServer:
         # shutdown
         self._stopping = True
         return {"ok": True, "stopping": True}
+
+    # ------------------------------------------------------------------ batching
+
+    def _enqueue(self, item: _Pending) -> None:
+        """Hold a predict request for a batch, or run it at once when waiting cannot help:
+        batching off, the batch full, or every open session already in it."""
+        if not self.batching:
+            self._run([item])
+            return
+        if any(p.session == item.session for p in self._pending):  # one batch, one request per session
+            self._flush()
+        if not self._pending:
+            self._pending_until = time.monotonic() + self.batch_window_s
+        self._pending.append(item)
+        if len(self._pending) >= min(self.max_batch, len(self._sessions)):
+            self._flush()
+
+    def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        if batch:
+            self._batches[len(batch)] = self._batches.get(len(batch), 0) + 1
+            self._run(batch)
+
+    def _run(self, batch: List[_Pending]) -> None:
+        """One native call for the whole batch (the model's single call for one request);
+        each answer goes back to its own client."""
+        if len(batch) == 1:
+            try:
+                results: list = [self.service.predict(batch[0].request, session=batch[0].session)]
+            except Exception as exc:
+                results = [exc]
+        else:
+            results = self.service.predict_batch([(p.request, p.session) for p in batch])
+        for p, result in zip(batch, results):
+            try:
+                if isinstance(result, Exception):
+                    raise result
+                out = result.to_wire()
+                out["timing"]["server_ms"] = round((time.perf_counter() - p.t0) * 1000.0, 3)  # to_wire copied it
+                frames = wire.encode(protocol.response(p.rid, self.instance, out))
+            except Exception as exc:
+                frames = self._error(p.rid, exc)
+            p.reply(frames)
 
     def _hello(self) -> dict:
         sid = uuid.uuid4().hex
@@ -355,6 +463,14 @@ class WorkerServer:
             "served": dict(self._served),
             "errors": self._errors,
             "pid": os.getpid(),
+            "batching": {
+                "window_ms": self.batch_window_s * 1000.0,
+                "max_batch": self.max_batch,
+                "pending": len(self._pending),
+                "batches": sum(self._batches.values()),
+                "batched_requests": sum(k * v for k, v in self._batches.items()),
+                "sizes": {str(k): v for k, v in sorted(self._batches.items())},  # msgpack map keys are strings
+            },
         }
 
     def _drop(self, sid: str, why: str) -> None:
@@ -411,11 +527,14 @@ def serve(
     ready_file: Optional[str] = None,
     out: Optional[TextIO] = None,
     aliases: tuple = (),
+    batch_window_s: float = DEFAULT_BATCH_WINDOW_S,
+    max_batch: Optional[int] = None,
 ) -> None:
     """Bind, announce readiness (stdout line and ``ready_file``), serve, then close the model."""
     install_signal_handlers()
     tune_allocator()
-    server = WorkerServer(service, host=host, port=port, token=token, session_ttl_s=session_ttl_s, aliases=aliases)
+    server = WorkerServer(service, host=host, port=port, token=token, session_ttl_s=session_ttl_s, aliases=aliases,
+                          batch_window_s=batch_window_s, max_batch=max_batch)
     try:
         record = server.announce(out if out is not None else sys.stdout, ready_file)
         log.info("serving %s on %s (device %s)", record["backend"], record["endpoint"], record["device"])
@@ -431,4 +550,4 @@ def serve(
 
 
 __all__ = ["WorkerServer", "serve", "check_bind", "watch_parent", "install_signal_handlers", "stop_requested", "worker_details",
-           "DEFAULT_SESSION_TTL_S", "PARENT_PID_ENV"]
+           "DEFAULT_SESSION_TTL_S", "DEFAULT_BATCH_WINDOW_S", "PARENT_PID_ENV"]

@@ -111,6 +111,33 @@ def test_malformed_candidates_are_refused_before_the_model_runs(candidate, match
     assert calls == []
 
 
+def test_a_batch_answers_each_request_as_a_single_prediction_would():
+    """Batched and single forwards agree to float32 rounding (not bit for bit: docs/models/
+    pointmass-wam.md), requests with and without candidates mixed, order kept, and a
+    malformed candidate fails only its own request."""
+    service = ModelService(plugin.POINTMASS_WAM, ModelConfig(platform="pointmass", options={"device": "cpu"}))
+    assert service.max_batch == 64
+    env, rng = PointMassEnv(), np.random.default_rng(0)
+    requests = []
+    for seed in range(10):
+        candidate = rng.uniform(-1, 1, size=(CHUNK, 2)).astype(np.float32) if seed % 3 == 0 else None
+        requests.append(PredictRequest(observation=env.reset(seed=seed), candidate_actions=candidate))
+    requests[4] = PredictRequest(observation=env.reset(seed=4), candidate_actions=np.full((CHUNK, 2), 2.0, np.float32))
+    batched = service.predict_batch([(r, "s") for r in requests])
+    assert isinstance(batched[4], ActionError) and "bounds" in str(batched[4])
+    for i, (request, pred) in enumerate(zip(requests, batched)):
+        if i == 4:
+            continue
+        single = service.predict(request)
+        assert pred.timing["batch_size"] == 9 and pred.info == single.info
+        np.testing.assert_allclose(pred.actions, single.actions, rtol=0, atol=1e-5)
+        np.testing.assert_allclose(pred.values, single.values, rtol=0, atol=1e-5)
+        diff = np.abs(pred.future_observations[CAMERA].astype(int) - single.future_observations[CAMERA].astype(int))
+        assert diff.max() <= 1
+        if request.candidate_actions is not None:
+            np.testing.assert_array_equal(pred.actions, request.candidate_actions)
+
+
 def test_random_baseline_refuses_candidates():
     service = ModelService(plugin.RANDOM, ModelConfig(platform="pointmass"))
     obs = PointMassEnv().reset(seed=0)

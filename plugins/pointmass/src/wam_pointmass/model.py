@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -86,7 +86,10 @@ def load_network(path: Path, device: str = "cpu"):
 
 
 class PointMassWAM:
-    """The native model: numpy in, numpy out, torch inside."""
+    """The native model: numpy in, numpy out, torch inside. Batches: a worker groups
+    predictions of concurrent sessions into one :meth:`predict_native_batch`."""
+
+    max_batch = 64
 
     def __init__(self, net, device: str, checkpoint: str, details: Dict[str, Any]):
         self.net = net
@@ -96,19 +99,31 @@ class PointMassWAM:
         self._torch = _torch()
 
     def predict_native(self, native: Dict[str, Any], request: PredictRequest) -> Dict[str, Any]:
+        return self.predict_native_batch([native], [request])[0]
+
+    def predict_native_batch(self, natives: List[Dict[str, Any]], requests: List[PredictRequest]) -> List[Dict[str, Any]]:
+        """One forward for the requests that let the policy act, one for those with
+        candidate actions (the network takes a candidate for every row or for none)."""
         torch = self._torch
+        outs: List[Optional[Dict[str, Any]]] = [None] * len(natives)
+        with_candidate = [i for i, n in enumerate(natives) if n["candidate"] is not None]
+        without = [i for i, n in enumerate(natives) if n["candidate"] is None]
         with torch.inference_mode():
-            image = torch.from_numpy(native["image"]).to(self.device)[None]
-            state = torch.from_numpy(native["state"]).to(self.device)[None]
-            tokens = torch.from_numpy(native["tokens"]).to(self.device)[None]
-            candidate = None if native["candidate"] is None else torch.from_numpy(native["candidate"]).to(self.device)[None]
-            out = self.net(image, state, tokens, candidate)
-            future = (out["future_image"][0].permute(1, 2, 0) * 255.0).round().to(torch.uint8)
-            return {
-                "actions": out["actions"][0].float().cpu().numpy(),
-                "future": np.ascontiguousarray(future.cpu().numpy()),
-                "value": float(out["value"][0]),
-            }
+            for rows in (without, with_candidate):
+                if not rows:
+                    continue
+
+                def stacked(key: str):
+                    return torch.from_numpy(np.stack([natives[i][key] for i in rows])).to(self.device)
+
+                out = self.net(stacked("image"), stacked("state"), stacked("tokens"),
+                               stacked("candidate") if rows is with_candidate else None)
+                actions = out["actions"].float().cpu().numpy()
+                future = (out["future_image"].permute(0, 2, 3, 1) * 255.0).round().to(torch.uint8).cpu().numpy()
+                values = out["value"].float().cpu().numpy()
+                for j, i in enumerate(rows):
+                    outs[i] = {"actions": actions[j], "future": np.ascontiguousarray(future[j]), "value": float(values[j])}
+        return outs  # type: ignore[return-value]
 
 
 def load(config: ModelConfig) -> PointMassWAM:
