@@ -97,9 +97,11 @@ def test_records_do_not_depend_on_the_number_of_envs(tmp_path):
 
 
 def test_pointmass_reference_wam_same_records_with_two_envs(tmp_path):
+    """The reference WAM batches; batched float kernels round differently in the last bits
+    (docs/models/pointmass-wam.md), so the bit-for-bit comparison turns batching off."""
     env = {k: v for k, v in os.environ.items() if k not in ("WAMCORE_PLUGIN_MODULES", "WAMCORE_LOAD_PLUGINS")}
     one = wam("eval", "--episodes", 8, "--out", tmp_path / "one", env=env)
-    two = wam("eval", "--episodes", 8, "--num-envs", 2, "--out", tmp_path / "two", env=env)
+    two = wam("eval", "--episodes", 8, "--num-envs", 2, "--am-batch-window-ms", 0, "--out", tmp_path / "two", env=env)
     assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
     assert outcomes(tmp_path / "one") == outcomes(tmp_path / "two")
     assert sum(s for s, _, _ in outcomes(tmp_path / "two").values()) >= 7  # the reference WAM does its job
