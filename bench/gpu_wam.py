@@ -29,7 +29,7 @@ the same batch composition; across batch sizes bf16 kernels may differ in the la
 (a gripper sign could flip at |x| ~ 1e-3). Run the worker with ``--batch-window-ms 0`` for
 bit-reproducible runs.
 
-Dynamic batching: ``max_batch`` (16, option ``max-batch``) and
+Dynamic batching: ``max_batch`` (16, option ``batch-limit``) and
 ``predict_native_batch(native_inputs, requests) -> list`` (one output per input, in order);
 ``predict_native(native_input, request)`` is the batch of one.
 
@@ -307,12 +307,12 @@ class BenchDiT:
         self.image_size = int(opts.get("image_size") or layout.image_size)
         self.text_tokens = int(opts.get("text_tokens") or 32)
         self.chunk = _chunk_for(layout, opts)
-        self.max_batch = int(opts.get("max_batch") or MAX_BATCH)
+        self.max_batch = int(opts.get("batch_limit") or MAX_BATCH)
         init_seed = int(opts.get("init_seed") or 0)
         if self.width % self.heads or self.image_size % self.patch or min(self.layers, self.steps, self.max_batch) < 1:
             raise ConfigurationError(
                 f"bench-dit: width {self.width} must be a multiple of heads {self.heads}, image-size {self.image_size} "
-                f"of patch {self.patch}; layers, steps and max-batch must be >= 1")
+                f"of patch {self.patch}; layers, steps and batch-limit must be >= 1")
 
         requested = str(opts.get("device") or "auto").lower()
         if requested == "auto":
@@ -440,7 +440,7 @@ BENCH_DIT = ModelSpec(
         Option("image-size", "int", None, help="Cameras are resized to this square (default: 256 libero, 64 pointmass)."),
         Option("patch", "int", 16, help="Patch size of the image tokens."),
         Option("text-tokens", "int", 32, help="Instruction byte tokens (truncated/padded)."),
-        Option("max-batch", "int", MAX_BATCH, help="Largest batch one forward pass takes (dynamic batching)."),
+        Option("batch-limit", "int", MAX_BATCH, help="Largest batch one forward pass takes (the worker batches up to it)."),
         Option("init-seed", "int", 0, help="Seed of the random weights."),
         Option("warmup", "bool", True, help="Run one prediction at load time (CUDA kernels and cuBLAS initialised)."),
     ),
