@@ -153,6 +153,8 @@ class LocalEvaluation:
         worker = EnvWorker(self.platform, client, self.settings, env=self._first_env, env_options=first_options)
         self._first_env = None
         self._inline = _Inline(worker)
+        self._inline.env_key = env_key(first_options)
+        worker.prepare(first_options)  # built now, as env processes do, not inside the first episode
 
     def _init_message(self, first_env_options: Mapping[str, Any]) -> dict:
         return {
