@@ -32,6 +32,8 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
+import attrs
+
 from wamcore.evaluation import EpisodeSettings, Finished, LocalEvaluation, Started
 from wamcore.registry import default_registry
 from wamcore.runtime import WorkerConfig, typed_options
@@ -136,6 +138,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cuda-device", default=None, help="CUDA_VISIBLE_DEVICES of the model worker")
     ap.add_argument("--batch-window-ms", type=float, default=None, help="the worker's batching window (default: its own)")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="episodes (one chunk each) run once before measuring: first-use compilation (LIBERO's numba "
+                         "code, CUDA kernels) and caches are not throughput")
     ap.add_argument("--log-dir", default="runs/bench-eval")
     ap.add_argument("--json", dest="json_out", default=None, help="also write the results here")
     args = ap.parse_args()
@@ -155,6 +160,9 @@ def main() -> None:
     cases = [(ex, n, k) for ex in args.executor.split(",") for k in (map(int, args.num_model_workers.split(","))
              if ex == "ray" else [1]) for n in counts]
     plan = platform.plan_episodes(options, max(counts) * args.episodes_per_env, args.seed)
+    if args.warmup:
+        warm = attrs.evolve(settings, max_chunks=1)
+        measure(platform, warm, config, plan[: args.warmup], registry, 1, os.path.join(args.log_dir, "warmup"))
     rows = []
     for ex, n, k in cases:
         row = measure(platform, settings, config, plan[: n * args.episodes_per_env], registry, n,
