@@ -152,15 +152,21 @@ class Env(Protocol):
 
 @attrs.frozen
 class Episode:
-    """One episode of an evaluation: which env to build and how to reset it."""
+    """One episode of an evaluation: which env to build and how to reset it. ``labels`` say
+    what it is in tables (suite, task, init state, seed: plain values); results are grouped
+    by ``suite`` and ``task`` where an episode has them."""
 
     key: str
     env_options: dict = attrs.field(factory=dict)
     reset: dict = attrs.field(factory=dict)
+    labels: dict = attrs.field(factory=dict)
 
 
 def default_episodes(options: Mapping[str, Any], count: int, seed: int) -> list:
-    return [Episode(key=f"seed={seed + i}", env_options=dict(options), reset={"seed": seed + i}) for i in range(count)]
+    return [
+        Episode(key=f"seed={seed + i}", env_options=dict(options), reset={"seed": seed + i}, labels={"seed": seed + i})
+        for i in range(count)
+    ]
 
 
 @attrs.frozen

@@ -1,23 +1,29 @@
-"""Episode videos: the real camera beside the model's predicted frame for the chunk's end.
+"""Episode videos: the real camera beside the model's predicted frame for the chunk's end,
+with the instruction and the outcome written on the frames.
 
-GIF needs Pillow (``pip install "wamcore[video]"``); MP4 needs imageio with its ffmpeg
-plugin (``pip install imageio imageio-ffmpeg``). Neither is imported unless a video is
-written.
+:class:`EpisodeRecorder` is fed by ``run_episode``'s callbacks and streams frames to an
+MP4 file as the episode runs (H.264 through imageio-ffmpeg's own ffmpeg binary), or
+collects them for a GIF (Pillow). Install with ``pip install "wamcore[video]"``; nothing
+is imported unless a video is written.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, List, Optional
 
 import numpy as np
 
 from .errors import ConfigurationError, DependencyNotInstalled
 
+VIDEO_INSTALL = 'pip install "wamcore[video]"'
 _GAP = 2
 #: frames shorter than this are enlarged by an integer factor (nearest neighbour), so a
 #: 64-pixel camera stays legible in a viewer and its pixels stay sharp
 MIN_HEIGHT = 256
+_BANNER = 34  # pixels of text above the cameras
+_BLOCK = 16  # H.264 wants frame sides in multiples of its macroblock
 
 
 def side_by_side(real: np.ndarray, predicted: Optional[np.ndarray]) -> np.ndarray:
@@ -38,29 +44,136 @@ def upscale(frame: np.ndarray, min_height: int = MIN_HEIGHT) -> np.ndarray:
     return frame if factor == 1 else np.repeat(np.repeat(frame, factor, axis=0), factor, axis=1)
 
 
-def write_video(path: str, frames: Sequence[np.ndarray], fps: int = 10) -> Path:
-    out = Path(path)
-    if not frames:
-        raise ValueError("no frames to write")
-    frames = [upscale(f) for f in frames]
-    suffix = out.suffix.lower()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if suffix == ".gif":
-        try:
-            from PIL import Image
-        except ImportError as exc:
-            raise DependencyNotInstalled("Pillow", 'pip install "wamcore[video]"', "GIF videos") from exc
-        images = [Image.fromarray(np.ascontiguousarray(f)) for f in frames]
-        images[0].save(out, save_all=True, append_images=images[1:], duration=int(1000 / fps), loop=0)
-    elif suffix == ".mp4":
-        try:
-            import imageio.v2 as imageio
-        except ImportError as exc:
-            raise DependencyNotInstalled("imageio", "pip install imageio imageio-ffmpeg", "MP4 videos") from exc
-        imageio.mimsave(out, [np.ascontiguousarray(f) for f in frames], fps=fps)
-    else:
-        raise ConfigurationError(f"--video {path}: use a .gif or .mp4 file name")
-    return out
+def _pil():
+    try:
+        from PIL import Image, ImageDraw, ImageFont
+    except ImportError as exc:
+        raise DependencyNotInstalled("Pillow", VIDEO_INSTALL, "episode videos") from exc
+    return Image, ImageDraw, ImageFont
 
 
-__all__ = ["side_by_side", "upscale", "write_video"]
+def captioned(frame: np.ndarray, top: str, bottom: str, colour=(255, 255, 255)) -> np.ndarray:
+    """``frame`` under a black banner with two lines of text."""
+    Image, ImageDraw, ImageFont = _pil()
+    h, w = frame.shape[:2]
+    canvas = Image.new("RGB", (w, h + _BANNER), (0, 0, 0))
+    canvas.paste(Image.fromarray(np.ascontiguousarray(frame)), (0, _BANNER))
+    draw = ImageDraw.Draw(canvas)
+    font = ImageFont.load_default()
+    limit = max(8, w // 6)  # the default font is about 6 pixels a character
+    draw.text((4, 3), top if len(top) <= limit else top[: limit - 1] + "…", fill=(255, 255, 255), font=font)
+    draw.text((4, 18), bottom, fill=colour, font=font)
+    return np.asarray(canvas)
+
+
+def _padded(frame: np.ndarray) -> np.ndarray:
+    h, w = frame.shape[:2]
+    ph, pw = -h % _BLOCK, -w % _BLOCK
+    return frame if not (ph or pw) else np.pad(frame, ((0, ph), (0, pw), (0, 0)))
+
+
+def require_video(path: str = "x.mp4") -> None:
+    """DependencyNotInstalled now, not after an episode, when ``path``'s format cannot be written."""
+    _pil()
+    if Path(path).suffix.lower() != ".gif":
+        EpisodeRecorder._ffmpeg()
+
+
+class EpisodeRecorder:
+    """Frames of one episode, written to ``path`` (``.mp4`` streamed, ``.gif`` at the end).
+
+    Use ``on_reset``/``on_step`` as ``run_episode``'s callbacks, then :meth:`finish`.
+    ``keep="failures"`` deletes the file of an episode that succeeded."""
+
+    def __init__(self, env: Any, path: str, *, fps: int = 10, keep: str = "always", camera: Optional[str] = None):
+        if keep not in ("always", "failures"):
+            raise ValueError("keep must be 'always' or 'failures'")
+        self.env, self.path, self.fps, self.keep, self.camera = env, Path(path), int(fps), keep, camera
+        suffix = self.path.suffix.lower()
+        if suffix not in (".mp4", ".gif"):
+            raise ConfigurationError(f"video {path}: use a .mp4 or .gif file name")
+        self._gif: Optional[List[np.ndarray]] = [] if suffix == ".gif" else None
+        self._writer = None
+        self._size = None
+        self.instruction = ""
+        self.frames = 0
+        _pil()  # fail before the episode, not after it
+        if self._gif is None:
+            self._ffmpeg()
+
+    @staticmethod
+    def _ffmpeg():
+        try:
+            import imageio_ffmpeg
+        except ImportError as exc:
+            raise DependencyNotInstalled("imageio-ffmpeg", VIDEO_INSTALL, "MP4 videos") from exc
+        return imageio_ffmpeg
+
+    def _role(self, obs) -> str:
+        return self.camera if self.camera in obs.images else next(iter(obs.images))
+
+    def _add(self, frame: np.ndarray) -> None:
+        frame = _padded(frame)
+        self.frames += 1
+        if self._gif is not None:
+            self._gif.append(frame)
+            return
+        if self._writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._size = (frame.shape[1], frame.shape[0])
+            self._writer = self._ffmpeg().write_frames(
+                str(self.path), self._size, fps=self.fps, codec="libx264", pix_fmt_out="yuv420p",
+                quality=7, macro_block_size=_BLOCK, ffmpeg_log_level="error",
+            )
+            self._writer.send(None)
+        self._writer.send(np.ascontiguousarray(frame))
+
+    def _frame(self, obs, prediction, status: str, colour=(200, 200, 200)) -> np.ndarray:
+        role = self._role(obs)
+        future = None if prediction is None else (prediction.future_observations or {}).get(role)
+        return captioned(upscale(side_by_side(obs.images[role], future)), self.instruction, status, colour)
+
+    def on_reset(self, obs) -> None:
+        self.instruction = obs.instruction
+        self._last = obs
+        self._add(self._frame(obs, None, "step 0 | left: camera, right: predicted end of chunk"))
+
+    def on_step(self, step, action, result, prediction) -> None:
+        obs = self.env.observe()
+        self._last, self._prediction = obs, prediction
+        self._add(self._frame(obs, prediction, f"step {step}"))
+
+    def finish(self, success: bool, steps: int) -> Optional[Path]:
+        """Hold the last frame a second with the outcome; close the file. Returns its path,
+        or None when it was not kept."""
+        if self.frames:
+            verdict, colour = ("SUCCESS", (90, 230, 90)) if success else ("NO SUCCESS", (240, 90, 90))
+            last = self._frame(self._last, getattr(self, "_prediction", None), f"{verdict} after {steps} steps", colour)
+            for _ in range(self.fps):
+                self._add(last)
+        self.close()
+        if not self.frames or (self.keep == "failures" and success):
+            self.discard()
+            return None
+        return self.path
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if self._gif:
+            Image, _, _ = _pil()
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            images = [Image.fromarray(f) for f in self._gif]
+            images[0].save(self.path, save_all=True, append_images=images[1:], duration=int(1000 / self.fps), loop=0)
+            self._gif = []
+
+    def discard(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+__all__ = ["EpisodeRecorder", "require_video", "side_by_side", "upscale", "captioned", "VIDEO_INSTALL"]

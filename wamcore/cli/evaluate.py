@@ -36,7 +36,12 @@ from .common import PairedCommand, _episode_options, _resolve, cli, deployment_o
     click.Option(["--skip-memory-check"], is_flag=True,
                  help="Start --num-envs processes even if they do not seem to fit in the free memory."),
     click.Option(["--out"], type=click.Path(file_okay=False), default=None,
-                 help="Output directory (default: runs/eval-PLATFORM-BACKEND)."),
+                 help="Output directory (default: a new runs/eval-PLATFORM-BACKEND-TIME; with --resume, the newest "
+                      "of those)."),
+    click.Option(["--video"], default=None, metavar="N|failures|all",
+                 help="Film episodes as MP4 in OUT/videos (camera beside the predicted future, instruction and "
+                      "outcome on the frames): the first N of every task, the failures, or all."),
+    click.Option(["--report"], is_flag=True, help="Also write OUT/report.html (as `wam report OUT` does)."),
     click.Option(["--resume"], is_flag=True, help="Continue an interrupted run in --out, skipping finished episodes."),
     click.Option(["--overwrite"], is_flag=True, help="Start over in an existing --out."),
 ])
@@ -49,13 +54,19 @@ def eval_(ctx, **kwargs):
     --num-envs > 1, OUT/logs/env-N.log. An interrupted run continues with --resume.
     """
     from ..evaluation import EpisodeSettings, LocalEvaluation, Progress, ResultsDir, Started, check_num_envs
+    from ..evaluation.videos import parse_video, plan_videos
+    from ..video import require_video
     from ..execution import summarize
+    from ..report.tables import format_table, group_summaries
 
     seed, instruction, max_chunks = kwargs.pop("seed"), kwargs.pop("instruction"), kwargs.pop("max_chunks")
     as_json, count = kwargs.pop("as_json"), kwargs.pop("episodes")
     out_opt, resume, overwrite = kwargs.pop("out"), kwargs.pop("resume"), kwargs.pop("overwrite")
     num_envs, restarts, skip_memory = kwargs.pop("num_envs"), kwargs.pop("am_restarts"), kwargs.pop("skip_memory_check")
     executor, ray_address, num_models = kwargs.pop("executor"), kwargs.pop("ray_address"), kwargs.pop("num_model_workers")
+    video, report = parse_video(kwargs.pop("video")), kwargs.pop("report")
+    if video:
+        require_video()  # before anything starts
     if executor == "local" and (ray_address or num_models != 1):
         raise ConfigurationError("--ray-address and --num-model-workers need --executor ray")
     planned = {}
@@ -72,7 +83,7 @@ def eval_(ctx, **kwargs):
 
     reg, platform, platform_opts, config, request, first_env = _resolve(ctx, kwargs, preflight=preflight)
     backend = config.backend or "endpoint"
-    out = Path(out_opt or f"runs/eval-{platform.name}-{backend}")
+    out = Path(out_opt) if out_opt else default_out(platform.name, backend, resume=resume)
     episodes = planned["episodes"]
     settings = EpisodeSettings(
         platform=platform.name, platform_options=platform.with_defaults(platform_opts),
@@ -95,15 +106,17 @@ def eval_(ctx, **kwargs):
             first_env.close()
         raise
     todo = [e for e in episodes if e.key not in done]
+    videos = plan_videos(episodes, video, results.videos)
     records = list(done.values())
     if executor == "ray":
         from ..evaluation.ray_executor import RayEvaluation
 
         evaluation = RayEvaluation(platform, settings, config, registry=reg, num_envs=num_envs,
-                                   num_model_workers=num_models, ray_address=ray_address, am_restarts=restarts)
+                                   num_model_workers=num_models, ray_address=ray_address, am_restarts=restarts,
+                                   videos=videos)
     else:
         evaluation = LocalEvaluation(platform, settings, config, registry=reg, num_envs=num_envs, am_restarts=restarts,
-                                     log_dir=results.logs, first_env=first_env)
+                                     log_dir=results.logs, first_env=first_env, videos=videos)
     progress = Progress(len(episodes), records, label=f"{backend} on {platform.name}")
     t0 = time.perf_counter()
     try:
@@ -114,8 +127,9 @@ def eval_(ctx, **kwargs):
                 if isinstance(event, Started):
                     progress.started(event.key)
                     continue
-                records.append(event.record)
-                results.append(event.record)
+                record = results.relative(event.record)
+                records.append(record)
+                results.append(record)
                 progress.finished(event.record)
     except KeyboardInterrupt:
         progress.close()
@@ -126,15 +140,18 @@ def eval_(ctx, **kwargs):
         progress.close()
         results.close()
     summary = summarize(records)
+    summary.update(group_summaries(records))
     summary.update(
         platform=platform.name, model=backend, num_envs=num_envs, executor=executor, seed=seed, wamcore=__version__,
         model_info=_identity(evaluation.model_info), model_restarts=evaluation.model_restarts, wall_s=round(time.perf_counter() - t0, 2), out=str(out),
     )
-    results.write_summary(summary)
+    results.write_summary(summary, records)
     if as_json:
         click.echo(json.dumps(summary, default=str))
         return
     lo, hi = summary["ci95"]
+    if summary["per_task"]:
+        click.echo(format_table(summary))
     click.echo(
         f"{backend} on {platform.name}: {summary['successes']}/{summary['episodes']} successes "
         f"(rate {summary['success_rate']:.3f}, 95% CI [{lo:.3f}, {hi:.3f}]), mean steps {summary['mean_steps']:.1f}"
@@ -142,7 +159,24 @@ def eval_(ctx, **kwargs):
     failures = summary["stop_reasons"].get("runtime_failure", 0)
     if failures:
         click.echo(f"{failures} episode(s) ended in runtime_failure; their records carry the error", err=True)
-    click.echo(f"results: {results.episodes_path}, summary: {results.summary_path}")
+    click.echo(f"results: {results.episodes_path}, {results.csv_path}, summary: {results.summary_path}")
+
+
+def default_out(platform: str, backend: str, *, resume: bool, root: Path = Path("runs")) -> Path:
+    """A new folder per run; ``--resume`` without ``--out`` continues the newest one."""
+    stem = f"eval-{platform}-{backend}"
+    if resume:
+        earlier = sorted(p for p in root.glob(f"{stem}-*") if (p / "config.json").exists())
+        if not earlier:
+            raise ConfigurationError(f"--resume: no earlier run {root / stem}-* to continue; name it with --out")
+        click.echo(f"resuming {earlier[-1]}", err=True)
+        return earlier[-1]
+    out = root / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    n = 1
+    while out.exists():  # two runs within a second
+        n += 1
+        out = root / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
+    return out
 
 
 def _identity(info) -> Any:

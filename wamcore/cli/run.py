@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any, List
 
 import click
 
@@ -11,7 +10,7 @@ from .common import PairedCommand, _episode_options, _open, _resolve, cli, deplo
 
 @cli.command(cls=PairedCommand, params=_episode_options() + deployment_options() + [
     click.Option(["--video"], type=click.Path(dir_okay=False), default=None,
-                 help="Write the episode as .gif or .mp4: the camera beside the predicted future frame."),
+                 help="Write the episode as .mp4 or .gif: the camera beside the predicted future frame, instruction and outcome on the frames."),
 ])
 @click.pass_context
 def run(ctx, **kwargs):
@@ -27,29 +26,32 @@ def run(ctx, **kwargs):
     )
     from ..execution import run_episode
 
-    frames: List[Any] = []
     try:
+        recorder = None
+        if video:
+            from ..video import EpisodeRecorder
+
+            recorder = EpisodeRecorder(env, video)  # a missing video library is reported before the model loads
         model = _open(reg, platform, platform_opts, config)
     except BaseException:
         env.close()
         raise
     try:
         try:
-            recorder = _VideoRecorder(env, frames) if video else None
             result = run_episode(
                 model, env, key=f"seed={seed}", reset={"seed": seed}, instruction=instruction,
                 max_chunks=max_chunks, seed=seed, options=request, platform=platform.name,
                 on_step=recorder.on_step if recorder else None,
                 on_reset=recorder.on_reset if recorder else None,
             )
+            if recorder is not None:
+                recorder.finish(result.success, result.steps)
         finally:
             env.close()
     finally:
         model.close()
-    if video:
-        from ..video import write_video
-
-        write_video(video, frames)
+        if recorder is not None:
+            recorder.close()  # after an error: what was recorded so far
     record = result.to_json()
     record.update(seed=seed, mode=config.mode, device=model.info.device)
     if "worker" in model.info.details:  # where a worker ran the model (pid, CUDA_VISIBLE_DEVICES)
@@ -69,28 +71,4 @@ def run(ctx, **kwargs):
         click.echo(f"error: {result.error}")
     if video:
         click.echo(f"video: {video}")
-
-
-class _VideoRecorder:
-    """Collects [camera | predicted future] frames while an episode runs."""
-
-    def __init__(self, env, frames: list):
-        self.env, self.frames = env, frames
-
-    def _role(self, obs) -> str:
-        return next(iter(obs.images))
-
-    def on_reset(self, obs) -> None:
-        from ..video import side_by_side
-
-        self.frames.append(side_by_side(obs.images[self._role(obs)], None))
-
-    def on_step(self, step, action, result, prediction) -> None:
-        from ..video import side_by_side
-
-        obs = self.env.observe()
-        role = self._role(obs)
-        future = (prediction.future_observations or {}).get(role)
-        self.frames.append(side_by_side(obs.images[role], future))
-
 

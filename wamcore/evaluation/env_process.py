@@ -8,7 +8,8 @@ protocol). JSON, not pickle: nothing the child sends can run code in the driver.
 Driver -> process::
 
     {"op": "init", "settings": {...}, "first_env_options": {...}, "model": {"token": ..., "timeout_s": ...}}
-    {"op": "run", "episode": {"key", "env_options", "reset"}, "endpoint": "tcp://...", "worker_pid": 123}
+    {"op": "run", "episode": {"key", "env_options", "reset", "labels"}, "endpoint": "tcp://...", "worker_pid": 123,
+     "video": null | {"path": ..., "keep": "always" | "failures"}}
     {"op": "exit"}
 
 Process -> driver::
@@ -65,7 +66,7 @@ class _Child:
 
     def run(self, msg: Mapping[str, Any]) -> dict:
         self.emit({"event": "started", "key": msg["episode"]["key"]})
-        return self.host.run(msg["episode"], msg["endpoint"], msg.get("worker_pid"))
+        return self.host.run(msg["episode"], msg["endpoint"], msg.get("worker_pid"), msg.get("video"))
 
     def close(self) -> None:
         self.host.close()

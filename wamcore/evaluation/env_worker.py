@@ -56,11 +56,13 @@ class EpisodeSettings:
 
 
 def episode_to_json(episode: Episode) -> dict:
-    return {"key": episode.key, "env_options": dict(episode.env_options), "reset": dict(episode.reset)}
+    return {"key": episode.key, "env_options": dict(episode.env_options), "reset": dict(episode.reset),
+            "labels": dict(episode.labels)}
 
 
 def episode_from_json(d: Mapping[str, Any]) -> Episode:
-    return Episode(key=d["key"], env_options=dict(d["env_options"]), reset=dict(d["reset"]))
+    return Episode(key=d["key"], env_options=dict(d["env_options"]), reset=dict(d["reset"]),
+                   labels=dict(d.get("labels") or {}))
 
 
 def failure_record(
@@ -73,6 +75,7 @@ def failure_record(
         instruction=settings.instruction or "", wall_s=wall_s, platform=settings.platform, model=model, error=error,
     ).to_json()
     record["fault"] = fault
+    record["labels"] = dict(episode.labels)
     return record
 
 
@@ -109,19 +112,31 @@ class EnvWorker:
         """Build the env for these options now (an env process does it before it says ready)."""
         self.envs.get(env_options)
 
-    def run(self, episode: Episode) -> dict:
+    def run(self, episode: Episode, video: Optional[Mapping[str, Any]] = None) -> dict:
+        """The episode's record. ``video``: ``{"path": ..., "keep": "always"|"failures"}``
+        records it (``wamcore.video.EpisodeRecorder``); the record then names the file."""
         if self.model is None:
             raise RuntimeError("EnvWorker.run needs a model client")
         t0 = time.perf_counter()
         env: Optional[Env] = None
+        recorder = None
         try:
             env = self.envs.get(episode.env_options)
+            if video:
+                from ..video import EpisodeRecorder
+
+                recorder = EpisodeRecorder(env, video["path"], keep=video.get("keep", "always"))
             result = run_episode(
                 self.model, env, key=episode.key, reset=episode.reset, instruction=self.settings.instruction,
                 max_chunks=self.settings.max_chunks, seed=episode.reset.get("seed"),
                 options=self.settings.request_options, platform=self.settings.platform,
+                on_step=recorder.on_step if recorder else None, on_reset=recorder.on_reset if recorder else None,
             )
-            return result.to_json()
+            record = {**result.to_json(), "labels": dict(episode.labels)}
+            if recorder is not None:
+                kept = recorder.finish(result.success, result.steps)
+                record["video"] = None if kept is None else str(kept)
+            return record
         except WorkerError as exc:  # the model worker went away or did not answer in time
             return self._failure(episode, exc, MODEL_FAULT, env, t0)
         except WamError:
@@ -133,6 +148,9 @@ class EnvWorker:
             except Exception:
                 pass
             return record
+        finally:
+            if recorder is not None:
+                recorder.close()  # after an error: what was recorded so far
 
     def _failure(self, episode: Episode, exc: BaseException, fault: str, env: Optional[Env], t0: float) -> dict:
         steps = int(getattr(env, "steps", 0) or 0) if env is not None else 0
@@ -201,7 +219,8 @@ class EnvHost:
             self.worker.model.close()
             self.worker.model = None
 
-    def run(self, episode: Mapping[str, Any], endpoint: str, worker_pid: Optional[int] = None) -> dict:
+    def run(self, episode: Mapping[str, Any], endpoint: str, worker_pid: Optional[int] = None,
+            video: Optional[Mapping[str, Any]] = None) -> dict:
         """The record of one episode (``episode`` as :func:`episode_to_json` writes it)."""
         ep = episode_from_json(episode)
         if endpoint != self.endpoint or self.worker.model is None:
@@ -209,7 +228,7 @@ class EnvHost:
                 self._connect(endpoint, worker_pid)
             except WorkerError as exc:
                 return failure_record(ep, self.settings, f"{type(exc).__name__}: {exc}", fault=MODEL_FAULT)
-        return self.worker.run(ep)
+        return self.worker.run(ep, video)
 
     def close(self) -> None:
         self._disconnect()

@@ -104,6 +104,7 @@ class LocalEvaluation:
         plugin_modules: Sequence[str] = (),
         first_env: Optional[Env] = None,
         env_start_timeout_s: float = ENV_START_TIMEOUT_S,
+        videos: Optional[Mapping[str, Mapping[str, Any]]] = None,
     ):
         if num_envs < 1:
             raise ValueError("num_envs must be >= 1")
@@ -113,6 +114,7 @@ class LocalEvaluation:
         self.num_envs = int(num_envs)
         self.log_dir = Path(log_dir or DEFAULT_LOG_DIR)
         self.env_start_timeout_s = float(env_start_timeout_s)
+        self.videos = dict(videos or {})  # episode key -> {"path", "keep"} (EnvWorker.run)
         self.observation = platform.observation_spec(settings.platform_options)
         self.child_env = _child_environment(plugin_modules)
         if num_envs > 1 and model.mode == IN_PROCESS:
@@ -238,7 +240,7 @@ class LocalEvaluation:
             if episode is None:
                 return
             message = {"op": "run", "episode": episode_to_json(episode), "endpoint": self.shared.endpoint,
-                       "worker_pid": self.shared.worker_pid}
+                       "worker_pid": self.shared.worker_pid, "video": self.videos.get(episode.key)}
             proc.episode, proc.started_at = episode, time.monotonic()
             if proc.send(message):
                 yield Started(episode.key, proc.index)
@@ -249,7 +251,7 @@ class LocalEvaluation:
             slot = self._inline
             if slot.episode is not None:
                 episode, slot.episode = slot.episode, None
-                record = slot.worker.run(episode)
+                record = slot.worker.run(episode, self.videos.get(episode.key))
                 slot.env_key = env_key(episode.env_options)
                 yield Finished(record, 0)
             return

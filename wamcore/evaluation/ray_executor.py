@@ -114,9 +114,9 @@ class EnvActor:
 
         self.host = EnvHost(settings, first_env_options, model_options)
 
-    def run(self, episode: Mapping[str, Any], model: Mapping[str, Any]) -> dict:
+    def run(self, episode: Mapping[str, Any], model: Mapping[str, Any], video: Optional[Mapping[str, Any]] = None) -> dict:
         same_node = model.get("node") == _node_id()
-        return self.host.run(episode, model["endpoint"], model["pid"] if same_node else None)
+        return self.host.run(episode, model["endpoint"], model["pid"] if same_node else None, video)
 
     def pid(self) -> int:
         return os.getpid()
@@ -164,6 +164,7 @@ class RayEvaluation:
         env_retries: int = 1,
         plugin_modules: Sequence[str] = (),
         ray_init: Optional[Mapping[str, Any]] = None,
+        videos: Optional[Mapping[str, Mapping[str, Any]]] = None,
     ):
         if num_envs < 1 or num_model_workers < 1:
             raise ValueError("num_envs and num_model_workers must be >= 1")
@@ -180,6 +181,7 @@ class RayEvaluation:
         self.ray_init = dict(ray_init or {})
         self.am_restarts = int(am_restarts)
         self.env_retries = int(env_retries)
+        self.videos = dict(videos or {})  # written by env actors: the path must be shared across nodes
         # what actors need in their environment: plugin modules, and this process's
         # PYTHONPATH (paths must exist on every node, as --am-python's must)
         self.child_env = _child_environment(plugin_modules)
@@ -272,7 +274,8 @@ class RayEvaluation:
                     held = [k for j, k in enumerate(env_keys) if j != i and k is not None]
                     episode = queue.take(env_keys[i], held)
                     env_keys[i] = env_key(episode.env_options)
-                    ref = actor.run.remote(episode_to_json(episode), self._endpoints[self._model_of(i)])
+                    ref = actor.run.remote(episode_to_json(episode), self._endpoints[self._model_of(i)],
+                                           self.videos.get(episode.key))
                     pending[ref] = (i, episode)
                     yield Started(episode.key, i)
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=_WAIT_S)

@@ -1,9 +1,10 @@
 """An evaluation's output directory: what ran, every episode's record, the summary.
 
 ``OUT/config.json`` holds what defines the run (platform, options, episode keys); a resumed
-run must match it. ``OUT/episodes.jsonl`` gets one line per finished episode, appended and
+run must match it, except that it may plan more episodes (a larger ``--episodes`` extends a
+finished run). ``OUT/episodes.jsonl`` gets one line per finished episode, appended and
 flushed as each finishes, by the driver alone, so an interruption loses at most the line
-being written. ``OUT/summary.json`` is written at the end.
+being written. ``OUT/summary.json`` and ``OUT/results.csv`` are written at the end.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ class ResultsDir:
         self.config_path = self.out / "config.json"
         self.episodes_path = self.out / "episodes.jsonl"
         self.summary_path = self.out / "summary.json"
+        self.csv_path = self.out / "results.csv"
         self.logs = self.out / "logs"
+        self.videos = self.out / "videos"
         self._lines = None
 
     def prepare(self, run_config: Mapping[str, Any], *, resume: bool, overwrite: bool) -> Dict[str, dict]:
@@ -32,9 +35,17 @@ class ResultsDir:
                 raise ConfigurationError(
                     f"{self.out} already holds results: pass --resume to continue them or --overwrite to start over"
                 )
-            previous = json.loads(self.config_path.read_text()) if self.config_path.exists() else None
-            if previous != json.loads(json.dumps(run_config)):
+            wanted = json.loads(json.dumps(run_config))
+            previous = json.loads(self.config_path.read_text()) if self.config_path.exists() else {}
+            planned = previous.pop("episodes", None)
+            if previous != {k: v for k, v in wanted.items() if k != "episodes"}:
                 raise ConfigurationError(f"{self.out} holds a run with other settings; use another --out or --overwrite")
+            if planned is not None and not set(planned) <= set(wanted.get("episodes", ())):
+                raise ConfigurationError(
+                    f"{self.out} holds a run of episodes this command does not plan; --resume may add episodes "
+                    "(a larger --episodes), not drop them: use another --out or --overwrite"
+                )
+            self.config_path.write_text(json.dumps(run_config, indent=2) + "\n")  # extended, if it was
             done = read_records(self.episodes_path)
             self.episodes_path.write_text("".join(json.dumps(r) + "\n" for r in done.values()))
             return done
@@ -44,14 +55,28 @@ class ResultsDir:
         self.config_path.write_text(json.dumps(run_config, indent=2) + "\n")
         return {}
 
+    def relative(self, record: Mapping[str, Any]) -> dict:
+        """The record with its video path relative to this directory (the run can move)."""
+        video = record.get("video")
+        if not video:
+            return dict(record)
+        try:
+            return {**record, "video": str(Path(video).resolve().relative_to(self.out.resolve()))}
+        except ValueError:
+            return dict(record)
+
     def append(self, record: Mapping[str, Any]) -> None:
         if self._lines is None:
             self._lines = open(self.episodes_path, "a")
         self._lines.write(json.dumps(record) + "\n")
         self._lines.flush()
 
-    def write_summary(self, summary: Mapping[str, Any]) -> None:
+    def write_summary(self, summary: Mapping[str, Any], records) -> None:
+        """summary.json, and results.csv with one row per episode."""
+        from ..report.tables import records_csv
+
         self.summary_path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        self.csv_path.write_text(records_csv(records))
 
     def close(self) -> None:
         lines, self._lines = self._lines, None

@@ -34,6 +34,7 @@ def plan_episodes(options: Mapping[str, Any], count: int, seed: int) -> List[Epi
                         key=f"{suite.name}/task={task}/init={init}/seed={seed}",
                         env_options=env_options,
                         reset={"seed": seed, "init_state": init},
+                        labels={"suite": suite.name, "task": task, "init": init, "seed": seed},
                     )
                 )
     return episodes

@@ -25,6 +25,7 @@ def first_candidate_seed(seed: int) -> int:
 def plan_episodes(options: Mapping[str, Any], count: int, seed: int) -> List[Episode]:
     """``count`` episodes of upstream seed ``seed``: the first ``count`` accepted simulator seeds."""
     return [
-        Episode(key=f"seed={seed}/episode={i}", env_options=dict(options), reset={"seed": seed, "episode": i})
+        Episode(key=f"seed={seed}/episode={i}", env_options=dict(options), reset={"seed": seed, "episode": i},
+                labels={"task": options.get("task"), "seed": seed, "episode": i})
         for i in range(count)
     ]
