@@ -123,8 +123,30 @@ def test_eval_progress_jsonl_summary_and_resume(registry, tmp_path):
     assert resumed.exit_code == 0, resumed.output
     assert json.loads(resumed.stdout.strip().splitlines()[-1])["episodes"] == 4
     assert [json.loads(l)["key"] for l in (out / "episodes.jsonl").read_text().splitlines()] == [f"seed={i}" for i in range(4)]
-    other = CliRunner().invoke(cli, ["eval", "--platform", "line", "--am-backend", "line-p", "--episodes", "5", "--out", str(out), "--resume"], obj=registry)
-    assert other.exit_code == 2 and "other settings" in other.output
+    # a larger --episodes extends a finished run; fewer, or other settings, are refused
+    extended = CliRunner().invoke(cli, ["eval", "--platform", "line", "--am-backend", "line-p", "--episodes", "6", "--out", str(out), "--resume", "--json"], obj=registry)
+    assert extended.exit_code == 0, extended.output
+    assert json.loads(extended.stdout.strip().splitlines()[-1])["episodes"] == 6
+    assert [json.loads(l)["key"] for l in (out / "episodes.jsonl").read_text().splitlines()] == [f"seed={i}" for i in range(6)]
+    fewer = CliRunner().invoke(cli, ["eval", "--platform", "line", "--am-backend", "line-p", "--episodes", "3", "--out", str(out), "--resume"], obj=registry)
+    assert fewer.exit_code == 2 and "may add episodes" in fewer.output
+    other = CliRunner().invoke(cli, ["eval", "--platform", "line", "--am-backend", "line-p", "--episodes", "6", "--seed", "1", "--out", str(out), "--resume"], obj=registry)
+    assert other.exit_code == 2 and "not plan" in other.output
+
+
+def test_eval_twice_without_out_makes_two_runs_and_resume_takes_the_newest(registry, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = ["eval", "--platform", "line", "--am-backend", "line-p", "--episodes", "2", "--json"]
+    first = CliRunner().invoke(cli, args, obj=registry)
+    second = CliRunner().invoke(cli, args, obj=registry)
+    assert first.exit_code == 0 and second.exit_code == 0, first.output + second.output
+    runs = sorted((tmp_path / "runs").glob("eval-line-line-p-*"))
+    newest = tmp_path / json.loads(second.stdout.strip().splitlines()[-1])["out"]
+    assert len(runs) == 2 and newest in runs
+    more = CliRunner().invoke(cli, ["eval", "--platform", "line", "--am-backend", "line-p", "--episodes", "3", "--resume", "--json"], obj=registry)
+    assert more.exit_code == 0, more.output
+    assert tmp_path / json.loads(more.stdout.strip().splitlines()[-1])["out"] == newest
+    assert len((newest / "episodes.jsonl").read_text().splitlines()) == 3
 
 
 def test_request_options_travel_with_each_prediction(registry, line_plugin):

@@ -118,3 +118,14 @@ def test_ray_missing_names_the_install_command(tmp_path):
                            "--out", str(tmp_path / "o")], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert 'pip install "wamcore[ray]"' in done.stderr
+
+
+def test_ray_model_actor_that_ray_gives_up_on_stops_the_run(tmp_path, tag):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    proc = start_wam("eval", *EVALTOY, *RAY, "--episodes", 8, "--num-envs", 2, "--step-delay", 0.005, "--am-restarts", 0,
+                     "--model-hang-seed", 2, "--model-marker-dir", markers, "--out", tmp_path / "o")
+    os.kill(marker_pid(markers, "model-hang"), signal.SIGKILL)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1
+    assert "Ray gave up restarting it (--am-restarts 0)" in err and "--resume" in err

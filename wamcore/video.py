@@ -97,6 +97,8 @@ class EpisodeRecorder:
         self._size = None
         self.instruction = ""
         self.frames = 0
+        self._first = None
+        self._with_future = False
         _pil()  # fail before the episode, not after it
         if self._gif is None:
             self._ffmpeg()
@@ -130,15 +132,26 @@ class EpisodeRecorder:
 
     def _frame(self, obs, prediction, status: str, colour=(200, 200, 200)) -> np.ndarray:
         role = self._role(obs)
+        if not self._with_future:
+            return captioned(upscale(obs.images[role]), self.instruction, status, colour)
         future = None if prediction is None else (prediction.future_observations or {}).get(role)
         return captioned(upscale(side_by_side(obs.images[role], future)), self.instruction, status, colour)
 
     def on_reset(self, obs) -> None:
         self.instruction = obs.instruction
-        self._last = obs
-        self._add(self._frame(obs, None, "step 0 | left: camera, right: predicted end of chunk"))
+        self._last, self._first = obs, obs  # written with the first step, once the layout is known
+
+    def _layout(self, prediction) -> None:
+        """Camera beside the predicted future when the model predicts one, else the camera."""
+        if self._first is None:
+            return
+        self._with_future = bool(prediction is not None and self._role(self._first) in (prediction.future_observations or {}))
+        note = " | left: camera, right: predicted end of chunk" if self._with_future else ""
+        self._add(self._frame(self._first, None, f"step 0{note}"))
+        self._first = None
 
     def on_step(self, step, action, result, prediction) -> None:
+        self._layout(prediction)
         obs = self.env.observe()
         self._last, self._prediction = obs, prediction
         self._add(self._frame(obs, prediction, f"step {step}"))
@@ -146,6 +159,7 @@ class EpisodeRecorder:
     def finish(self, success: bool, steps: int) -> Optional[Path]:
         """Hold the last frame a second with the outcome; close the file. Returns its path,
         or None when it was not kept."""
+        self._layout(None)
         if self.frames:
             verdict, colour = ("SUCCESS", (90, 230, 90)) if success else ("NO SUCCESS", (240, 90, 90))
             last = self._frame(self._last, getattr(self, "_prediction", None), f"{verdict} after {steps} steps", colour)

@@ -98,7 +98,7 @@ def repack(src: Path, outdir: Path, local: str, trim: list, drop: list, keep: se
             zi = zipfile.ZipInfo(path, FIXED_TIME)
             zi.external_attr = attr or (0o644 << 16)
             zi.compress_type = zipfile.ZIP_DEFLATED
-            zout.writestr(zi, data)
+            zout.writestr(zi, data, compresslevel=9)
             record.append(f"{path},{record_hash(data)},{len(data)}")
 
         for path, data, attr in files:
@@ -110,7 +110,7 @@ def repack(src: Path, outdir: Path, local: str, trim: list, drop: list, keep: se
         zi = zipfile.ZipInfo(rec_path, FIXED_TIME)
         zi.external_attr = 0o644 << 16
         zi.compress_type = zipfile.ZIP_DEFLATED
-        zout.writestr(zi, "\n".join(record) + "\n")
+        zout.writestr(zi, "\n".join(record) + "\n", compresslevel=9)
     tmp.replace(out)
     print(f"repacked {src.name} -> {out.name}: kept {len(files)} files, dropped {dropped} "
           f"({dropped_bytes / 1e6:.1f} MB unpacked); {src.stat().st_size / 1e6:.1f} MB -> {out.stat().st_size / 1e6:.2f} MB")

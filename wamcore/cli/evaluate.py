@@ -67,6 +67,10 @@ def eval_(ctx, **kwargs):
     video, report = parse_video(kwargs.pop("video")), kwargs.pop("report")
     if video:
         require_video()  # before anything starts
+    if report:
+        from ..report.html import _matplotlib
+
+        _matplotlib()
     if executor == "local" and (ray_address or num_models != 1):
         raise ConfigurationError("--ray-address and --num-model-workers need --executor ray")
     planned = {}
@@ -143,9 +147,15 @@ def eval_(ctx, **kwargs):
     summary.update(group_summaries(records))
     summary.update(
         platform=platform.name, model=backend, num_envs=num_envs, executor=executor, seed=seed, wamcore=__version__,
-        model_info=_identity(evaluation.model_info), model_restarts=evaluation.model_restarts, wall_s=round(time.perf_counter() - t0, 2), out=str(out),
+        model_info=_identity(evaluation.model_info), model_restarts=evaluation.model_restarts,
+        versions=_versions(reg, platform.name, config.backend, evaluation.model_info),
+        finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), wall_s=round(time.perf_counter() - t0, 2), out=str(out),
     )
     results.write_summary(summary, records)
+    if report:
+        from ..report.html import write_report
+
+        write_report(out)
     if as_json:
         click.echo(json.dumps(summary, default=str))
         return
@@ -160,13 +170,16 @@ def eval_(ctx, **kwargs):
     if failures:
         click.echo(f"{failures} episode(s) ended in runtime_failure; their records carry the error", err=True)
     click.echo(f"results: {results.episodes_path}, {results.csv_path}, summary: {results.summary_path}")
+    if report:
+        click.echo(f"report: {out / 'report.html'}")
 
 
 def default_out(platform: str, backend: str, *, resume: bool, root: Path = Path("runs")) -> Path:
     """A new folder per run; ``--resume`` without ``--out`` continues the newest one."""
     stem = f"eval-{platform}-{backend}"
     if resume:
-        earlier = sorted(p for p in root.glob(f"{stem}-*") if (p / "config.json").exists())
+        earlier = sorted((p for p in root.glob(f"{stem}-*") if (p / "config.json").exists()),
+                         key=lambda p: (p / "config.json").stat().st_mtime)
         if not earlier:
             raise ConfigurationError(f"--resume: no earlier run {root / stem}-* to continue; name it with --out")
         click.echo(f"resuming {earlier[-1]}", err=True)
@@ -176,6 +189,19 @@ def default_out(platform: str, backend: str, *, resume: bool, root: Path = Path(
     while out.exists():  # two runs within a second
         n += 1
         out = root / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
+    return out
+
+
+def _versions(reg, platform: str, backend, info) -> dict:
+    """wamcore here and in the worker, and the plugins that provided the platform and model."""
+    out = {"wamcore": __version__}
+    worker = ((info.details if info is not None else {}) or {}).get("worker") or {}
+    if worker.get("wamcore"):
+        out["wamcore (worker)"] = worker["wamcore"]
+    for kind, ident in (("platform", platform), ("model", backend)):
+        record = reg.owner(kind, ident) if ident else None
+        if record is not None and record.distribution:
+            out[record.distribution] = record.version
     return out
 
 

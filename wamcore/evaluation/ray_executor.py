@@ -41,7 +41,7 @@ import attrs
 from ..contracts import ModelInfo
 from ..errors import ConfigurationError, DependencyNotInstalled, WamError
 from ..registry import Registry
-from ..runtime import DEFAULT_LOG_DIR, ENDPOINT, IN_PROCESS, WorkerConfig
+from ..runtime import DEFAULT_LOG_DIR, DEFAULT_START_TIMEOUT_S, ENDPOINT, IN_PROCESS, WorkerConfig
 from ..specs import Episode, PlatformSpec
 from .env_worker import ENV_FAULT, MODEL_FAULT, EpisodeSettings, episode_to_json, failure_record
 from .local import Event, Finished, Started, _child_environment
@@ -231,6 +231,7 @@ class RayEvaluation:
             ).remote(self.settings.to_json(), dict(first), model_options))
         if self.num_models:
             self._endpoints = [self._get(m.endpoint.remote()) for m in self._models]
+            self._deaths = [0] * self.num_models
         else:
             self._endpoints = [{"endpoint": config.endpoint, "pid": None, "node": None}]
         self.model_info = self._probe_info(self._endpoints[0]["endpoint"])
@@ -316,11 +317,17 @@ class RayEvaluation:
                     "so it is not restarted here. Start it again, then rerun with --resume."
                 ) from None
         fresh = None
-        for _ in range(self.am_restarts + 2):  # a restarting actor answers once Ray brought it back
+        deadline = time.monotonic() + (self.config.start_timeout_s or DEFAULT_START_TIMEOUT_S)
+        while fresh is None:  # a restarting actor answers once Ray brought it back and its worker is ready
             try:
                 fresh = self.ray.get(self._models[k].endpoint.remote(after_fault=True))
-                break
-            except self.ray.exceptions.RayActorError:
+            except self.ray.exceptions.ActorDiedError:  # it died during the call (ending itself, or for good)
+                self._deaths[k] += 1
+                if self._deaths[k] > self.am_restarts:
+                    break  # more deaths than Ray may restart: it is gone
+            except self.ray.exceptions.RayActorError:  # unavailable while Ray restarts it
+                if time.monotonic() > deadline:
+                    break
                 time.sleep(0.2)
         if fresh is None:
             raise ModelWorkerLost(

@@ -79,3 +79,36 @@ def test_libero_wam_eval_two_envs_same_records_as_one(tmp_path):
     assert len({instr for *_, instr in runs[2].values()}) == 2  # two tasks, two instructions
     logs = sorted(p.name for p in (tmp_path / "n2" / "logs").iterdir())
     assert logs == ["env-0.log", "env-1.log"]
+
+
+def test_libero_two_suites_table_csv_videos_and_report_in_a_browser(tmp_path):
+    """The smoke model over two suites: the per-task table on the terminal, results.csv with
+    suite/task/init/seed columns, one video per task, and a report Chromium renders."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "tests"))
+    from helpers_browser import not_blank, render
+
+    env = {**os.environ, "WAMCORE_PLUGIN_MODULES": "wam_libero.scripted", "WAMCORE_LOAD_PLUGINS": "wam-libero"}
+    out = tmp_path / "run"
+    argv = [
+        sys.executable, "-m", "wamcore", "eval", "--platform", "libero", "--suite", "libero_spatial,libero_object",
+        "--task", "0", "--init-state", "0,1", "--episodes", "1", "--am-backend", "libero-scripted", "--chunk", "3",
+        "--resolution", "64", "--settle-steps", "2", "--max-chunks", "2", "--num-envs", "2", "--video", "1",
+        "--report", "--out", str(out),
+    ]
+    done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = [line for line in done.stdout.splitlines() if line.startswith(("libero_", "suite ", "all"))]
+    assert [line.split()[0] for line in table] == ["libero_object/0", "libero_spatial/0", "suite", "suite", "all"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["per_suite"]) == {"libero_spatial", "libero_object"}
+    assert summary["per_task"]["libero_spatial/0"]["episodes"] == 2
+    import csv
+
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert {(r["suite"], r["task"], r["init"], r["seed"]) for r in rows} == {
+        (s, "0", str(i), "0") for s in ("libero_spatial", "libero_object") for i in (0, 1)}
+    videos = sorted(p.name for p in (out / "videos").iterdir())
+    assert len(videos) == 2 and all("init=0" in v for v in videos)  # the first episode of each task
+    dom, shot = render(out / "report.html", tmp_path)
+    assert dom.count("<video") == 2 and dom.count("<svg") >= 2 and "libero_object/0" in dom
+    assert not_blank(shot)
