@@ -40,17 +40,19 @@ from wamcore.runtime import WorkerConfig, typed_options
 
 
 class GpuSampler:
-    """Mean of NVML's utilization.gpu (percent of time a kernel ran) over an interval."""
+    """Mean of NVML's utilization.gpu (percent of time a kernel ran) over an interval, for
+    each GPU of the host (all of them: with Ray, model actors land on any)."""
 
-    def __init__(self, index: int = 0, period_s: float = 0.05):
-        self.samples: List[int] = []
+    def __init__(self, period_s: float = 0.05):
+        self.samples: List[List[int]] = []
         self.period_s = period_s
         self._stop = threading.Event()
         try:
             import pynvml
 
             pynvml.nvmlInit()
-            self._nvml, self._handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
+            count = pynvml.nvmlDeviceGetCount()
+            self._nvml, self._handles = pynvml, [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         except Exception:  # no NVML (no GPU, or pynvml not installed)
             self._nvml = None
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -62,14 +64,17 @@ class GpuSampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.samples.append(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu)
+            self.samples.append([self._nvml.nvmlDeviceGetUtilizationRates(h).gpu for h in self._handles])
             time.sleep(self.period_s)
 
     def __exit__(self, *exc):
         self._stop.set()
 
-    def busy(self) -> Optional[float]:
-        return round(sum(self.samples) / len(self.samples) / 100.0, 3) if self.samples else None
+    def busy(self) -> Optional[List[float]]:
+        """Busy fraction of each GPU."""
+        if not self.samples:
+            return None
+        return [round(sum(col) / len(col) / 100.0, 3) for col in zip(*self.samples)]
 
 
 def _typed_platform_options(platform, pairs: List[str]) -> Dict[str, Any]:
@@ -176,7 +181,7 @@ def main() -> None:
     print(f"{'executor':>8} {'N':>3} {'K':>2} {'episodes':>8} {'wall s':>8} {'episodes/h':>11} {'ratio':>6} "
           f"{'s/ep/env':>8} {'steps/s':>8} {'GPU busy':>8}")
     for r in rows:
-        busy = "-" if r["gpu_busy"] is None else f"{100 * r['gpu_busy']:.0f}%"
+        busy = "-" if not r["gpu_busy"] else "/".join(f"{100 * b:.0f}%" for b in r["gpu_busy"])
         print(f"{r['executor']:>8} {r['num_envs']:>3} {r['num_model_workers']:>2} {r['episodes']:>8} {r['wall_s']:>8} "
               f"{r['episodes_per_hour']:>11} {r['ratio']:>6} {r['s_per_episode_per_env']:>8} {r['steps_per_s']:>8} {busy:>8}")
     report = {"platform": platform.name, "backend": spec.name, "platform_options": settings.platform_options,
