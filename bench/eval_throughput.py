@@ -88,12 +88,13 @@ def _typed_platform_options(platform, pairs: List[str]) -> Dict[str, Any]:
 
 
 def measure(platform, settings, config, episodes, registry, num_envs: int, log_dir: str, executor: str = "local",
-            num_model_workers: int = 1, ray_address: Optional[str] = None) -> dict:
+            num_model_workers: int = 1, ray_address: Optional[str] = None, ray_num_cpus: Optional[int] = None) -> dict:
     if executor == "ray":
         from wamcore.evaluation.ray_executor import RayEvaluation
 
         evaluation = RayEvaluation(platform, settings, config, registry=registry, num_envs=num_envs,
-                                   num_model_workers=num_model_workers, ray_address=ray_address)
+                                   num_model_workers=num_model_workers, ray_address=ray_address,
+                                   ray_init={"num_cpus": ray_num_cpus} if ray_num_cpus else None)
     else:
         evaluation = LocalEvaluation(platform, settings, config, registry=registry, num_envs=num_envs, log_dir=log_dir)
     first = last = None
@@ -136,6 +137,9 @@ def main() -> None:
     ap.add_argument("--executor", default="local", help="comma-separated executors to measure: local, ray")
     ap.add_argument("--num-model-workers", default="1", help="with ray: comma-separated K (model actors) to measure")
     ap.add_argument("--ray-address", default=None)
+    ap.add_argument("--ray-num-cpus", type=int, default=None,
+                    help="logical CPUs of the local Ray cluster (default: the cores); more lets light env actors "
+                         "(one CPU each to Ray) outnumber the cores")
     ap.add_argument("--episodes-per-env", type=int, default=3)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="platform option")
     ap.add_argument("--am-option", action="append", default=[], metavar="KEY=VALUE", help="model deployment option")
@@ -171,7 +175,7 @@ def main() -> None:
     rows = []
     for ex, n, k in cases:
         row = measure(platform, settings, config, plan[: n * args.episodes_per_env], registry, n,
-                      os.path.join(args.log_dir, f"{ex}-n{n}-k{k}"), ex, k, args.ray_address)
+                      os.path.join(args.log_dir, f"{ex}-n{n}-k{k}"), ex, k, args.ray_address, args.ray_num_cpus)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
     base = next((r for r in rows if r["num_envs"] == 1 and r["executor"] == "local"), rows[0])

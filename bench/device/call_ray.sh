@@ -17,6 +17,6 @@ if [ "${SKIP_SETUP:-0}" != 1 ]; then
 fi
 export WAMCORE_PLUGIN_MODULES=gpu_wam
 timeout "${T:-480}" ${PY:-python3} bench/eval_throughput.py --platform pointmass --backend bench-dit ${DIT:-} \
-    --executor ray,local --num-model-workers 1,2 --num-envs "${N:-24}" --episodes-per-env "${EPE:-2}" \
+    --executor ray,local --num-model-workers 1,2 --num-envs "${N:-24}" --episodes-per-env "${EPE:-2}" ${RAY_CPUS:+--ray-num-cpus $RAY_CPUS} \
     --log-dir /tmp/b-ray --json "$OUT/ray.json" 2>>"$OUT/stderr.log"
 echo "done"
