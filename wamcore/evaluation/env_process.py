@@ -132,8 +132,8 @@ def main() -> int:
 
 
 class EnvProcessError(WamError):
-    """An env process stopped on an error that is not one of wamcore's own (its traceback
-    is in ``remote_traceback`` and in the process's log)."""
+    """An env process could not start, or stopped on an error that is not one of wamcore's
+    own (its traceback is in ``remote_traceback`` and in the process's log)."""
 
 
 def rebuild_error(payload: Mapping[str, Any]) -> Exception:

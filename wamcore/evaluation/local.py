@@ -33,12 +33,11 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Seque
 import attrs
 
 from ..contracts import ModelInfo
-from ..errors import WamError
 from ..execution import env_key
 from ..registry import MODULES_ENV, Registry
 from ..runtime import IN_PROCESS, WorkerConfig, open_model
 from ..specs import Env, Episode, PlatformSpec
-from .env_process import EnvProcess, rebuild_error, wait_readable
+from .env_process import EnvProcess, EnvProcessError, rebuild_error, wait_readable
 from .env_worker import ENV_FAULT, MODEL_FAULT, EnvWorker, EpisodeSettings, episode_to_json, failure_record
 from .scheduling import EpisodeQueue
 from .shared_model import SETTLE_S, SharedModel
@@ -181,14 +180,14 @@ class LocalEvaluation:
         while not all(p.ready for p in self._procs):
             if time.monotonic() > deadline:
                 slow = [str(p.index) for p in self._procs if not p.ready]
-                raise WamError(f"env process(es) {', '.join(slow)} did not build an env within "
+                raise EnvProcessError(f"env process(es) {', '.join(slow)} did not build an env within "
                                f"{self.env_start_timeout_s:g} s; see their logs in {self.log_dir}")
             wait_readable(self._procs, _WAIT_S)
             for proc in self._procs:
                 for event in proc.events():
                     self._control_event(proc, event)
                 if proc.dead() and not proc.ready:
-                    raise WamError(f"an env process could not start: {proc.describe_exit()}")
+                    raise EnvProcessError(f"an env process could not start: {proc.describe_exit()}")
 
     # ------------------------------------------------------------------ run
 
@@ -278,7 +277,7 @@ class LocalEvaluation:
         """A dead env process: record its episode as a runtime failure, start another."""
         why = proc.describe_exit()
         if not proc.ready:  # it would die again: stop (its episode, if any, is not recorded)
-            raise WamError(f"an env process could not start: {why}")
+            raise EnvProcessError(f"an env process could not start: {why}")
         log.warning("%s; starting a replacement", why.splitlines()[0])
         proc.stop()
         episode = proc.episode
