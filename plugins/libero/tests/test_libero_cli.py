@@ -112,3 +112,21 @@ def test_libero_two_suites_table_csv_videos_and_report_in_a_browser(tmp_path):
     dom, shot = render(out / "report.html", tmp_path)
     assert dom.count("<video") == 2 and dom.count("<svg") >= 2 and "libero_object/0" in dom
     assert not_blank(shot)
+
+
+def test_libero_suites_lists_every_suite_of_the_installed_benchmark_and_each_resolves():
+    out = subprocess.run([sys.executable, "-m", "wamcore", "libero-suites", "--json"], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "WAMCORE_LOAD_PLUGINS": "wam-libero"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {r["suite"]: r for r in json.loads(out.stdout)}  # stdout is the JSON alone: LIBERO's prints went to stderr
+    assert len(rows) >= 80
+    assert rows["libero_spatial"] == {"suite": "libero_spatial", "kind": "standard", "tasks": 10, "max_steps": 220}
+    assert rows["libero_goal_with_mug"]["kind"] == "pro" and rows["libero_goal_with_mug"]["max_steps"] == 300
+    assert sum(r["kind"] == "pro" for r in rows.values()) >= 70
+
+
+def test_libero_a_typo_in_a_variant_suite_is_caught_with_the_installed_names(libero_registry):
+    from wamcore.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="Did you mean: libero_spatial_with_mug"):
+        libero_registry.platform("libero").create(suite="libero_spatial_with_mugg", resolution=64)

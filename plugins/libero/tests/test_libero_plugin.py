@@ -58,10 +58,22 @@ def test_libero_suite_resolution_and_budget(name, base, pro, budget):
     assert (suite.base, suite.pro, suite.max_steps) == (base, pro, budget)
 
 
-@pytest.mark.parametrize("name", ["libero_90_lan", "libero_spatial_env", "libero_spatail", "", "libero_goal_swap_lan"])
+@pytest.mark.parametrize("name", ["libero_spatail", "", "libero", "libero_10x", "robosuite_lift"])
 def test_libero_unknown_suites_are_refused_with_the_known_ones(name):
     with pytest.raises(ConfigurationError, match="LIBERO-Pro"):
         suites.resolve_suite(name)
+
+
+@pytest.mark.parametrize("name, base, kind", [
+    ("libero_spatial_with_mug", "libero_spatial", "pro"), ("libero_10_object_ood", "libero_10", "pro"),
+    ("libero_goal_env", "libero_goal", "pro"), ("libero_100", "libero_10", "other"), ("libero_mine", None, "other"),
+])
+def test_libero_every_variant_suite_resolves_to_its_base(name, base, kind):
+    suite = suites.resolve_suite(name)
+    assert (suite.base, suite.kind) == (base, kind)
+    if base is None:
+        with pytest.raises(ConfigurationError, match="give --max-steps"):
+            suite.max_steps
 
 
 def test_libero_selection_parsing():
