@@ -8,7 +8,7 @@ downloaded (../shared/reference/real_upstream_on_gpu.md §2). Layout written to 
     backbone/Wan2.2_VAE.pth               starwam.backbone.wan22.WanVAE_ (the Wan2.2 geometry upstream
                                           hard-codes), state dict, float32
     random_starwam_<family>_<platform>.pt {"model_state_dict": ...} of starwam.build_framework(recipe)
-    action_stats.json                     random min/max/mean/std of the platform's dims
+    action_stats_<platform>.json          random min/max/mean/std of the platform's dims
     text_cache/<sha256>.t5_len128.wan22ti2v5b.pt   via upstream's save_text_cache, one per instruction
     STARWAM_RANDOM_TEST_WEIGHTS.json      the marker (also in backbone/): what was generated, how
 
@@ -75,19 +75,24 @@ def generate(out, *, platform: str = "libero", family_name: str = "mot", layers:
     if layers:
         (backbone / "config.json").write_text(json.dumps(arch))
     marker = {"random": True, "generator": "wam_starwam.testweights", "upstream": upstream.LABEL, "seed": seed,
-              "platform": platform, "checkpoint_family": fam.name, "dit": arch, "device": device, "dtype": dtype,
+              "dit": arch, "device": device, "dtype": dtype,
               "warning": "random weights: for plumbing tests and latency only, never a real StarWAM checkpoint"}
+    previous = json.loads((backbone / RANDOM_MARKER).read_text()) if (backbone / RANDOM_MARKER).is_file() else None
+    if previous is not None and (previous["seed"], previous["dit"]) != (seed, arch):
+        raise ValueError(f"{out} holds test weights of another seed or depth: generate into a new folder")
     for folder in (out, backbone):
         (folder / RANDOM_MARKER).write_text(json.dumps(marker, indent=1))
 
     torch_dtype = getattr(torch, dtype)
-    torch.manual_seed(seed)
-    with torch.device(device):
-        vae = WanVAE_(**VAE_KWARGS)
-    torch.save({k: v.detach().cpu() for k, v in vae.state_dict().items()}, backbone / "Wan2.2_VAE.pth")
-    del vae
+    vae_path = backbone / "Wan2.2_VAE.pth"
+    if not vae_path.is_file():  # the VAE depends on the seed only: a second platform reuses it
+        torch.manual_seed(seed)
+        with torch.device(device):
+            vae = WanVAE_(**VAE_KWARGS)
+        torch.save({k: v.detach().cpu() for k, v in vae.state_dict().items()}, vae_path)
+        del vae
 
-    stats_path = out / "action_stats.json"
+    stats_path = out / f"action_stats_{platform}.json"
     stats_path.write_text(json.dumps(random_stats(platform, seed)))
     cache_dir = out / "text_cache"
     root = upstream.checkout_root(starwam_root)

@@ -22,7 +22,7 @@ from typing import Any, Optional
 import numpy as np
 
 from wamcore.contracts import PredictRequest
-from wamcore.errors import ConfigurationError, PredictionError
+from wamcore.errors import CheckpointError, ConfigurationError, PredictionError
 from wamcore.specs import ModelConfig, normalize_id
 
 from . import checkpoint, text_cache, upstream
@@ -50,8 +50,12 @@ def load(config: ModelConfig):
 
         return PolicyServerClient(*settings.policy_server, settings=settings)
     fam = settings.family
-    files = checkpoint.resolve(config.checkpoint, fam, backbone=settings.backbone,
-                               action_stats=settings.action_stats, text_cache=settings.text_cache)
+    try:
+        files = checkpoint.resolve(config.checkpoint, fam, backbone=settings.backbone,
+                                   action_stats=settings.action_stats, text_cache=settings.text_cache)
+    except CheckpointError as exc:  # without the package too, say both: install, then download
+        upstream.require(f"StarWAM on {platform}; then the files: {exc}", robotwin=platform == ROBOTWIN)
+        raise
     checkpoint.verify(files, checkpoint.pins(settings.am_pins))
     action_dim, state_dim = DIMS[platform]
     stats = load_stats(files.stats, platform, action_dim=action_dim, state_dim=state_dim)
