@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,9 +23,7 @@ REPO = HERE.parents[2]
 if str(HERE) not in sys.path:  # starwam_standins
     sys.path.insert(0, str(HERE))
 
-#: the model environment of the end-to-end tests (.ci/install builds it)
-STARWAM_PYTHON = os.environ.get("WAMCORE_TEST_STARWAM_PYTHON", str(REPO / ".venv-starwam" / "bin" / "python"))
-INSTRUCTION = "pick up the black bowl between the plate and the ramekin and place it on the plate"
+from starwam_standins import INSTRUCTION, STARWAM_PYTHON  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,16 @@ what it receives and answers a known, distinct chunk.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
+
+#: the model environment of the end-to-end tests (.ci/install builds it)
+STARWAM_PYTHON = os.environ.get("WAMCORE_TEST_STARWAM_PYTHON",
+                                str(Path(__file__).resolve().parents[3] / ".venv-starwam" / "bin" / "python"))
+#: libero_spatial task 0, the end-to-end tests' task; its text-cache entry is generated
+INSTRUCTION = "pick up the black bowl between the plate and the ramekin and place it on the plate"
 
 
 def normalized_chunk(dim: int) -> np.ndarray:
