@@ -163,7 +163,7 @@ def direct(platform: str, files: dict, args) -> dict:
         out["torch_peak_allocated_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
         out["parameters_b"] = round(sum(p.numel() for p in (native.model if platform == "libero" else native.policy.model)
                                         .parameters()) / 1e9, 3)
-    del native
+    native = None  # frees the model before the next platform
     if args.device == "cuda":
         torch.cuda.empty_cache()
     return out

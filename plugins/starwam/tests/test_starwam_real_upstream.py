@@ -11,7 +11,6 @@ classes at reduced depth (``wam starwam-test-weights``): no stand-in anywhere.
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from wamcore import ModelConfig, ModelService, PredictRequest, wam_act
 from wamcore.registry import Registry

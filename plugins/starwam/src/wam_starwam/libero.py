@@ -24,15 +24,14 @@ import math
 
 import numpy as np
 
-from wamcore import Adapter, AdapterContract, PredictRequest, Prediction
-from wamcore.errors import PredictionError
+from wamcore import Adapter, AdapterContract, PredictRequest
 
+from .chunks import HORIZON, prefix_decoder
 from .families import Family
 
 PLATFORM = "libero"
 ACTION_SPACE = "libero.osc_pose.delta.v1"
 ACTION_DIM = 7
-HORIZON = 32
 #: ``LIBERO_ENV_RESOLUTION`` of rollout.py
 CAMERA_SIZE = (256, 256)
 STATE = {"eef_position": 3, "eef_quaternion_xyzw": 4, "gripper_qpos": 2}
@@ -90,15 +89,6 @@ def libero_adapter(family: Family, replan_steps: int) -> Adapter:
             "instruction": request.effective_instruction,
         }
 
-    def decode(native, request: PredictRequest) -> Prediction:
-        actions = np.asarray(native)
-        if actions.shape != (HORIZON, ACTION_DIM) or actions.dtype != np.float32:
-            raise PredictionError(
-                [f"StarWAM returned {actions.dtype} {actions.shape}, expected float32 ({HORIZON}, {ACTION_DIM})"],
-                context=PLATFORM,
-            )
-        return Prediction(actions=actions[:replan_steps])
-
     contract = AdapterContract(
         platform=PLATFORM,
         action_space=ACTION_SPACE,
@@ -108,7 +98,7 @@ def libero_adapter(family: Family, replan_steps: int) -> Adapter:
         chunk_size=replan_steps,
         horizon=HORIZON,
     )
-    return Adapter(contract=contract, encode=encode, decode=decode)
+    return Adapter(contract=contract, encode=encode, decode=prefix_decoder(PLATFORM, ACTION_DIM, replan_steps))
 
 
 __all__ = ["libero_adapter", "compose", "resize", "quat2axisangle", "proprio", "gripper_to_libero", "DUMMY_ACTION"]

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from wamcore import Adapter, AdapterContract, PredictRequest, Prediction
-from wamcore.errors import PredictionError
+from wamcore import Adapter, AdapterContract, PredictRequest
+
+from .chunks import HORIZON, prefix_decoder
 
 PLATFORM = "robotwin"
 ACTION_SPACE = "robotwin.joint_action.qpos14.v1"
 ACTION_DIM = 14
-HORIZON = 32
 CAMERA_SIZE = (240, 320)
 CAMERAS = ("head", "left_wrist", "right_wrist")
 STATE = {"joint_targets": 14}
@@ -71,15 +71,6 @@ def encode(request: PredictRequest) -> dict:
 
 
 def robotwin_adapter(replan_steps: int) -> Adapter:
-    def decode(native, request: PredictRequest) -> Prediction:
-        actions = np.asarray(native)
-        if actions.shape != (HORIZON, ACTION_DIM) or actions.dtype != np.float32:
-            raise PredictionError(
-                [f"StarWAM returned {actions.dtype} {actions.shape}, expected float32 ({HORIZON}, {ACTION_DIM})"],
-                context=PLATFORM,
-            )
-        return Prediction(actions=actions[:replan_steps])
-
     contract = AdapterContract(
         platform=PLATFORM,
         action_space=ACTION_SPACE,
@@ -89,7 +80,7 @@ def robotwin_adapter(replan_steps: int) -> Adapter:
         chunk_size=replan_steps,
         horizon=HORIZON,
     )
-    return Adapter(contract=contract, encode=encode, decode=decode)
+    return Adapter(contract=contract, encode=encode, decode=prefix_decoder(PLATFORM, ACTION_DIM, replan_steps))
 
 
 __all__ = ["robotwin_adapter", "encode", "compose_image", "IMAGE_SIZE", "CAMERAS", "STATE"]

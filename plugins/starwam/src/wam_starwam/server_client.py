@@ -27,7 +27,8 @@ import numpy as np
 from wamcore.contracts import PredictRequest
 from wamcore.errors import PredictionError, ProtocolError, WorkerError
 
-from .robotwin import ACTION_DIM, HORIZON
+from .chunks import HORIZON
+from .robotwin import ACTION_DIM
 
 MAX_MESSAGE = 512 * 1024 * 1024
 _ALLOWED = {

@@ -22,13 +22,14 @@ from typing import Any, Optional
 import numpy as np
 
 from wamcore.contracts import PredictRequest
-from wamcore.errors import CheckpointError, ConfigurationError, PredictionError
+from wamcore.errors import CheckpointError, ConfigurationError
 from wamcore.specs import ModelConfig, normalize_id
 
 from . import checkpoint, text_cache, upstream
 from .families import LIBERO, ROBOTWIN
 from .libero import ACTION_DIM as LIBERO_DIM
-from .libero import HORIZON, gripper_to_libero
+from .chunks import HORIZON, as_chunk
+from .libero import gripper_to_libero
 from .normalization import Stats, load_stats
 from .robotwin import ACTION_DIM as ROBOTWIN_DIM
 from .robotwin import compose_image
@@ -187,18 +188,8 @@ class LiberoModel:
                 seed=self.settings.seed_for(request.seed),
                 **kwargs,
             )
-        action = _chunk(pred, LIBERO_DIM)
+        action = as_chunk(pred, LIBERO_DIM)
         return gripper_to_libero(self.stats.restore_action_minmax(action))
-
-
-def _chunk(pred: Any, dim: int) -> np.ndarray:
-    action = pred.detach().float().cpu().numpy() if hasattr(pred, "detach") else np.asarray(pred, dtype=np.float32)
-    if action.ndim == 3 and action.shape[0] == 1:
-        action = action[0]
-    if action.shape != (HORIZON, dim):
-        raise PredictionError([f"StarWAM returned an action of shape {action.shape}, expected ({HORIZON}, {dim})"],
-                              context="starwam")
-    return action.astype(np.float32)
 
 
 def _model_dtype(cfg, device):
@@ -242,7 +233,7 @@ class RoboTwinModel:
             self.policy._text_cache[task] = (context.unsqueeze(0), mask.unsqueeze(0))
         self.policy.seed = self.settings.seed_for(request.seed)
         image = compose_image(native["head"], native["left"], native["right"], self.policy.device, self.policy.dtype)
-        return _chunk(self.policy.predict_chunk(image, native["state"], task), ROBOTWIN_DIM)
+        return as_chunk(self.policy.predict_chunk(image, native["state"], task), ROBOTWIN_DIM)
 
     def reset(self) -> None:
         self.policy.reset()
