@@ -53,6 +53,7 @@ KNOWN_PROVIDERS: Dict[str, tuple] = {
     "cosmos3": ("wam-cosmos3", "cosmos3"),
     "fast-wam": ("wam-fastwam", "fastwam"),
     "fastwam": ("wam-fastwam", "fastwam"),
+    "starwam": ("wam-starwam", "starwam"),
 }
 
 
