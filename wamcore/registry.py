@@ -47,6 +47,7 @@ KNOWN_PROVIDERS: Dict[str, tuple] = {
     "pointmass-wam": ("wam-pointmass[model]", "pointmass"),
     "random": ("wam-pointmass", "pointmass"),
     "libero": ("wam-libero[sim]", "libero"),
+    "libero-smoke": ("wam-libero[sim]", "libero"),
     "robotwin": ("wam-robotwin", "robotwin"),
     "cosmos-policy": ("wam-cosmos-policy", "cosmos_policy"),
     "cosmos": ("wam-cosmos-policy", "cosmos_policy"),

@@ -30,7 +30,7 @@ def test_libero_registers_platform_with_its_options(libero_registry):
     assert platform.observation_spec({}).cameras == {"primary": (256, 256), "wrist": (256, 256)}
     assert platform.observation_spec({"resolution": 96}).cameras == {"primary": (96, 96), "wrist": (96, 96)}
     assert platform.observation_spec({}).state == {"eef_position": 3, "eef_quaternion_xyzw": 4, "gripper_qpos": 2, "joint_positions": 7}
-    assert libero_registry.models_for("libero") == ["libero-scripted"]
+    assert libero_registry.models_for("libero") == ["libero-smoke"]
 
 
 def test_libero_plugin_module_imports_no_simulator():
@@ -142,7 +142,7 @@ def test_libero_cli_without_simulator_fails_cleanly():
         from wamcore.registry import Registry
         reg = Registry(entry_points=False)
         reg.register(wam_libero.plugin, name="libero"); reg.register(wam_libero.scripted, name="scripted")
-        main(["run", "--platform", "libero", "--am-backend", "libero-scripted"], registry=reg)
+        main(["run", "--platform", "libero", "--am-backend", "libero-smoke"], registry=reg)
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -76,6 +76,13 @@ def wam_register_platforms(register):
 
 
 @hookimpl
+def wam_register_models(register):
+    from .scripted import SCRIPTED_MODEL  # light: numpy and wamcore only
+
+    register(SCRIPTED_MODEL)
+
+
+@hookimpl
 def wam_register_commands(cli):
     from .cli import suites_command
 
