@@ -75,7 +75,7 @@ def test_a_worker_that_cannot_read_shared_memory_is_fallen_back_from(tmp_path):
 
 
 def test_the_arena_grows_for_larger_requests():
-    arena = shm.Arena(256)
+    arena = shm.Arena(256, "0" * 32)
     try:
         with pytest.raises(shm.ArenaFull) as full:
             arena.put(np.zeros(1024, np.uint8))
@@ -88,12 +88,19 @@ def test_the_arena_grows_for_larger_requests():
 def test_references_are_checked_by_the_worker():
     from wamcore.errors import ProtocolError
 
-    arena = shm.Arena(1 << 16)
-    segments_ = shm.SharedSegments(enabled=True)
+    instance = "ab" * 16
+    arena = shm.Arena(1 << 16, instance)
+    segments_ = shm.SharedSegments(enabled=True, instance=instance, max_bytes=1 << 20)
+
+    def resolve(ref, session="s"):
+        args = {"x": shm.Reference(ref)}
+        segments_.resolve(args, [args["x"]], session)
+        return args["x"]
+
     try:
         arena.begin()
         ref = arena.put(np.arange(40000, dtype=np.uint8))
-        assert np.array_equal(segments_.resolve(ref), np.arange(40000, dtype=np.uint8))
+        assert np.array_equal(resolve(ref), np.arange(40000, dtype=np.uint8))
         import msgpack
 
         name, cookie, offset, dtype, shape = msgpack.unpackb(ref)
@@ -102,12 +109,22 @@ def test_references_are_checked_by_the_worker():
             (("../../etc/passwd", cookie, offset, dtype, shape), "bad shared-memory segment name"),
             ((name, cookie, 0, dtype, shape), "bad offset"),
             ((name, cookie, offset, "|O", shape), "cannot go on the wire"),
-            ((name, cookie, offset, dtype, [1 << 20]), "needs 1048576 bytes"),
+            ((name, cookie, offset, dtype, [1 << 20]), "truncated"),
+            ((name, cookie, offset, dtype, [1 << 21]), "exceed 1048576 bytes"),
         ]:
             with pytest.raises(ProtocolError, match=message):
-                segments_.resolve(msgpack.packb(bad))
+                resolve(msgpack.packb(bad))
+        with pytest.raises(ProtocolError, match="session calls only"):
+            resolve(ref, session=None)
+        other = shm.Arena(1 << 16, "cd" * 16)  # made for another worker
+        try:
+            other.begin()
+            with pytest.raises(shm.SharedMemoryUnavailable, match="another worker"):
+                resolve(other.put(np.zeros(40000, np.uint8)))
+        finally:
+            other.close()
         with pytest.raises(shm.SharedMemoryUnavailable):
-            shm.SharedSegments(enabled=False).resolve(ref)
+            shm.SharedSegments(enabled=False, instance=instance, max_bytes=1 << 20).resolve({}, [], "s")
     finally:
         segments_.close()
         arena.close()

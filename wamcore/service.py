@@ -20,10 +20,10 @@ import attrs
 import numpy as np
 
 from .contracts import AdapterContract, ControlSpec, ModelInfo, ObservationSpec, PredictRequest, Prediction
-from .errors import ActionError, CapabilityError, ConfigurationError, IncompatiblePairError, ObservationError, PredictionError
+from .errors import ActionError, CapabilityError, ConfigurationError, IncompatiblePairError, PredictionError
 from .pairing import check_model_info
 from .specs import ModelConfig, ModelSpec, PlatformSpec, resolve_callable
-from .validation import validate_actions, validate_observation, validate_prediction
+from .validation import validate_actions, validate_prediction, validate_request
 
 DEFAULT_SESSION = "default"
 
@@ -142,11 +142,9 @@ class ModelService:
         return results  # type: ignore[return-value]
 
     def _encode(self, request: PredictRequest) -> Tuple[Any, dict]:
-        """Validate the request against the contract, then the adapter's encode."""
-        if not isinstance(request, PredictRequest):
-            raise ObservationError([f"expected a PredictRequest, got {type(request).__name__}"])
+        """Validate the request (observation, seed, options), then the adapter's encode."""
         t0 = time.perf_counter()
-        validate_observation(request.observation, self.contract, instruction=request.instruction)
+        validate_request(request, self.contract, self.spec.options)
         if request.candidate_actions is not None:
             self._check_candidates(request.candidate_actions)
         t1 = time.perf_counter()

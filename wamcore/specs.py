@@ -37,7 +37,8 @@ RESERVED_OPTION_NAMES = frozenset(
     predict-future am-option am-timeout am-token am-log-dir am-start-timeout
     vla-backend wam-backend vla-endpoint wam-endpoint vla-model-path wam-checkpoint pi05-python
     wam-python wam-root vla-cuda-device wam-cuda-device
-    host port token parent-watch ready-file session-ttl batch-window-ms max-batch""".split()
+    host port token parent-watch ready-file session-ttl batch-window-ms max-batch
+    max-sessions max-local-connections max-message-mb message-timeout""".split()
 )
 
 
