@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import glob
 import os
-import signal
 import socket
 import struct
 import subprocess
@@ -25,13 +24,13 @@ import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers beside the tests
 
-from helpers_workers import no_leaks, scripted_env, served, wait_gone, worker_env  # noqa: E402,F401
+from helpers_workers import no_leaks, served, wait_gone, worker_env  # noqa: E402,F401
 
 import wamtest_scripted as toy  # noqa: E402
 from wamcore import wire  # noqa: E402
 from wamcore.contracts import PredictRequest  # noqa: E402
 from wamcore.errors import ObservationError, WorkerError, WorkerTimeout  # noqa: E402
-from wamcore.rpc import RemoteModel, local, protocol, shm  # noqa: E402
+from wamcore.rpc import RemoteModel, local, protocol  # noqa: E402
 from wamcore.specs import PlatformSpec  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
@@ -87,13 +86,23 @@ def model_calls(worker) -> int:
         return m.predict(PredictRequest(toy.big_observation(0))).info["calls"] - 1
 
 
-def segment_name(worker: str) -> str:
-    """A name the worker accepts for a segment (it names the worker's instance)."""
-    return f"wamcore-{worker}-{uuid.uuid4().hex}"
-
-
-def shared_ref(name: str, cookie: bytes, offset: int, dtype: str, shape) -> msgpack.ExtType:
+def named_ref(name: str, cookie: bytes, offset: int, dtype: str, shape) -> msgpack.ExtType:
+    """A reference to a segment by its name in /dev/shm, as workers before this fix read them."""
     return msgpack.ExtType(3, msgpack.packb((name, cookie, offset, dtype, list(shape)), use_bin_type=True))
+
+
+def segment_ref(segment_id: bytes, offset: int, dtype: str, shape) -> msgpack.ExtType:
+    return msgpack.ExtType(3, msgpack.packb((segment_id, offset, dtype, list(shape)), use_bin_type=True))
+
+
+def local_call(address: str, msg: dict, fds=()) -> dict:
+    """One request over the worker's Unix socket, with descriptors passed along."""
+    conn = connect_local(address)
+    try:
+        local.send_frames(conn, wire.encode(msg), fds)
+        return wire.decode(local.recv_frames(conn))
+    finally:
+        conn.close()
 
 
 def predict_args(obs=None, **image_over) -> dict:
@@ -112,55 +121,60 @@ def connect_local(address: str) -> socket.socket:
 # ----------------------------------------------------------------------------- 1, 6: segment references
 
 
-def test_1_a_reference_is_never_resolved_before_the_token_is_checked(tmp_path):
+def test_1_no_request_makes_the_worker_read_a_file(tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_bytes(SECRET)
-    link = None
+    link = Path("/dev/shm") / f"wamcore-{uuid.uuid4().hex}"
+    link.symlink_to(secret)
     try:
         with sentinel(tmp_path, "--token", "s3cret") as w:
-            worker = hello(w.endpoint, token="s3cret")["worker"]
-            link = Path(shm.SHM_DIR) / segment_name(worker)
-            link.symlink_to(secret)
-            ref = shared_ref(link.name, SECRET[:16], 16, "|u1", [len(SECRET) - 16])
-            for msg in (request("health", token="wrong", rid=ref), request("health", token="wrong", args={"x": ref})):
+            by_name = named_ref(link.name, SECRET[:16], 16, "|u1", [len(SECRET) - 16])
+            # without the token: nothing is resolved, and an id that is not a number is not echoed
+            for msg in (request("health", token="wrong", rid=by_name), request("health", token="wrong", args={"x": by_name})):
                 frames = raw_call(w.endpoint, [msgpack.packb(msg, use_bin_type=True)])
-                assert frames is not None
-                assert not any(b"TOPSECRET" in bytes(f) for f in frames)
+                assert frames is not None and not any(b"TOPSECRET" in bytes(f) for f in frames)
                 reply = wire.decode(frames)
                 assert reply["ok"] is False and reply["error"]["type"] in ("AccessDenied", "ProtocolError")
-                assert reply["id"] == (None if msg["id"] is ref else 1)  # an id that is not a number is not echoed
-            assert link.is_symlink()  # an unauthenticated request made the worker neither open nor unlink it
-            # authenticated, the symlink is refused, not followed
-            session = hello(w.endpoint, token="s3cret")["session"]
-            msg = request("predict", token="s3cret", session=session, args=predict_args(primary=ref))
-            reply = wire.decode(raw_call(w.endpoint, wire.encode(msg)))
-            assert reply["ok"] is False and reply["error"]["type"] == "ProtocolError"
-            assert "not a regular file" in reply["error"]["message"] and "TOPSECRET" not in str(reply)
+                assert reply["id"] == (None if msg["id"] is by_name else 1)
+            answer = hello(w.endpoint, token="s3cret")
+            # with the token: a segment by name is not read at all (segments travel as descriptors)
+            msg = request("predict", token="s3cret", session=answer["session"], args=predict_args(primary=by_name))
+            frames = raw_call(w.endpoint, wire.encode(msg))
+            assert not any(b"TOPSECRET" in bytes(f) for f in frames)
+            assert wire.decode(frames)["error"]["type"] == "SharedMemoryUnavailable"
+            assert link.is_symlink()  # neither followed nor unlinked
+            # a descriptor of a file the client could open is refused: only sealed memory files
+            fd = os.open(secret, os.O_RDONLY)
+            msg["args"] = predict_args(primary=segment_ref(SECRET[:16], 16, "|u1", [len(SECRET) - 16]))
+            reply = local_call(answer["local"], msg, [fd])
+            os.close(fd)
+            assert reply["error"]["type"] == "ProtocolError" and "sealed against shrinking" in reply["error"]["message"]
+            assert "TOPSECRET" not in str(reply)
             with RemoteModel(w.endpoint, token="s3cret").bind(BIG) as m:
                 assert m.predict(PredictRequest(toy.big_observation(1))).info["violations"] == 0
     finally:
-        if link is not None:
-            link.unlink(missing_ok=True)
+        link.unlink()
 
 
-def test_6_a_fifo_named_like_a_segment_does_not_hang_the_worker(tmp_path):
-    fifo = None
+def test_6_a_fifo_does_not_hang_the_worker(tmp_path):
+    fifo = Path("/dev/shm") / f"wamcore-{uuid.uuid4().hex}"
+    os.mkfifo(fifo)
     try:
         with sentinel(tmp_path) as w:
             answer = hello(w.endpoint)
-            session = answer["session"]
-            fifo = Path(shm.SHM_DIR) / segment_name(answer["worker"])
-            os.mkfifo(fifo)
-            ref = shared_ref(fifo.name, b"\0" * 16, 64, "|u1", [*toy.BIG_SIZE, 3])
-            msg = request("predict", session=session, args=predict_args(primary=ref))
+            msg = request("predict", session=answer["session"],
+                          args=predict_args(primary=named_ref(fifo.name, b"\0" * 16, 64, "|u1", [*toy.BIG_SIZE, 3])))
             frames = raw_call(w.endpoint, wire.encode(msg), timeout_s=10)
             assert frames is not None, "the worker hung opening a FIFO"
-            reply = wire.decode(frames)
-            assert reply["error"]["type"] == "ProtocolError" and "not a regular file" in reply["error"]["message"]
+            assert wire.decode(frames)["error"]["type"] == "SharedMemoryUnavailable"
+            fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # and as a descriptor
+            msg["args"] = predict_args(primary=segment_ref(b"\0" * 16, 64, "|u1", [*toy.BIG_SIZE, 3]))
+            reply = local_call(answer["local"], msg, [fd])
+            os.close(fd)
+            assert reply["error"]["type"] == "ProtocolError" and "not a pipe" in reply["error"]["message"]
             assert serving(w)
     finally:
-        if fifo is not None:
-            fifo.unlink(missing_ok=True)
+        fifo.unlink()
 
 
 # ----------------------------------------------------------------------------- 2, 4, 7: the Unix socket
@@ -259,22 +273,24 @@ def test_7_a_slow_sender_cannot_starve_other_clients(tmp_path):
 # ----------------------------------------------------------------------------- 3: truncated segment
 
 
-def test_3_a_segment_truncated_after_mapping_does_not_crash_the_worker(tmp_path):
+def test_3_no_segment_can_shrink_under_the_worker(tmp_path):
     with sentinel(tmp_path) as w, RemoteModel(w.endpoint).bind(BIG) as m:
-        arena = shm.Arena(1 << 20, m.worker_id)
-        fd = os.open(os.path.join(shm.SHM_DIR, arena.name), os.O_RDWR)
-        try:
-            msg = request("predict", session=m.session, args={"request": PredictRequest(toy.big_observation(2)).to_wire()})
-            frames = [bytes(f) for f in wire.encode(msg, arena=arena)]
-            assert wire.decode(raw_call(w.endpoint, frames))["ok"]  # the worker now holds the segment
-            os.ftruncate(fd, 0)
-            reply = raw_call(w.endpoint, frames)
-            assert reply is not None and w.proc.poll() is None, "the worker died reading a truncated segment"
-            answer = wire.decode(reply)
-            assert answer["ok"] is False and "truncated" in answer["error"]["message"]
-        finally:
-            os.close(fd)
-            arena.close()
+        assert m.predict(PredictRequest(toy.big_observation(2))).info["violations"] == 0
+        with pytest.raises(PermissionError):
+            os.ftruncate(m._arena.fd, 0)  # the client's own segment is sealed
+        # a hostile client's segment that could shrink after the worker mapped it is not taken
+        fd = os.memfd_create("hostile")
+        os.ftruncate(fd, 1 << 20)
+        os.pwrite(fd, b"h" * 16, 0)
+        msg = request("predict", session=m.session,
+                      args=predict_args(primary=segment_ref(b"h" * 16, 64, "|u1", [*toy.BIG_SIZE, 3])))
+        reply = local_call(m._local_address, msg, [fd])
+        assert reply["error"]["type"] == "ProtocolError" and "sealed against shrinking" in reply["error"]["message"]
+        os.ftruncate(fd, 0)
+        reply = local_call(m._local_address, msg)  # it was never mapped: nothing to fault on
+        assert reply["error"]["type"] == "SharedMemoryUnavailable"
+        os.close(fd)
+        assert w.proc.poll() is None
         assert serving(w)
 
 
@@ -352,7 +368,6 @@ PARENT_LEAVING_A_QUEUED_SEGMENT = textwrap.dedent("""
     from wamcore.contracts import PredictRequest
     from wamcore.errors import WorkerTimeout
     from wamcore.registry import default_registry
-    from wamcore.rpc import shm
     from wamcore.runtime import WorkerConfig, open_model
     reg = default_registry()
     config = WorkerConfig.from_options(platform="toy-big", am_backend="sentinel-wam", am_python=sys.executable,
@@ -362,11 +377,14 @@ PARENT_LEAVING_A_QUEUED_SEGMENT = textwrap.dedent("""
         model.predict(PredictRequest(toy.big_observation(0), options={"delay": 5.0}))
     except WorkerTimeout:
         pass
-    model._arena = shm.Arena(1 << 20, model.worker_id)  # what the retry would create, made here to know its name
-    print(json.dumps({"worker": model.info.details["worker"]["pid"], "segment": model._arena.name}), flush=True)
+    print(json.dumps({"worker": model.info.details["worker"]["pid"]}), flush=True)
     model.timeout_s = 60
-    model.predict(PredictRequest(toy.big_observation(1)))   # waits behind the slow call: killed meanwhile
+    model.predict(PredictRequest(toy.big_observation(1)))   # a fresh segment, queued behind the slow call: killed meanwhile
 """)
+
+
+def shm_entries() -> set:
+    return set(glob.glob("/dev/shm/wamcore-*"))
 
 
 def test_9_a_segment_queued_behind_a_slow_call_does_not_outlive_a_killed_parent(tmp_path):
@@ -374,7 +392,7 @@ def test_9_a_segment_queued_behind_a_slow_call_does_not_outlive_a_killed_parent(
     script.write_text(PARENT_LEAVING_A_QUEUED_SEGMENT)
     import json
 
-    leaked = []
+    before = shm_entries()
     for i in range(3):
         parent = subprocess.Popen([sys.executable, str(script), str(tmp_path / f"logs{i}")], env=ENV,
                                   stdout=subprocess.PIPE, text=True)
@@ -384,10 +402,8 @@ def test_9_a_segment_queued_behind_a_slow_call_does_not_outlive_a_killed_parent(
         parent.wait()
         parent.stdout.close()
         assert wait_gone(record["worker"], 30) is not None
-        if os.path.exists(os.path.join(shm.SHM_DIR, record["segment"])):
-            leaked.append(record["segment"])
-            os.unlink(os.path.join(shm.SHM_DIR, record["segment"]))
-    assert leaked == []
+    time.sleep(0.5)
+    assert shm_entries() - before == set()  # segments have no name: nothing can be left behind
 
 
 PARENT_OPENING_FROM_A_THREAD = textwrap.dedent("""

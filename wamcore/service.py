@@ -88,11 +88,6 @@ class ModelService:
         """How many requests one native call may take (1: the model does not batch)."""
         return self._max_batch
 
-    @property
-    def max_batch(self) -> int:
-        """How many requests one native call may take (1: the model does not batch)."""
-        return self._max_batch
-
     def predict(self, request: PredictRequest, session: str = DEFAULT_SESSION) -> Prediction:
         native_in, timing = self._encode(request)
         t0 = time.perf_counter()

@@ -119,9 +119,10 @@ class RemoteModel(ModelClient):
     def _predict(self, request: PredictRequest) -> Prediction:
         args = {"request": request.to_wire()}
         while True:
-            arena = self._arena_in_use()
             try:
-                return Prediction.from_wire(self._session_call("predict", args, self.predict_timeout_s, arena=arena))
+                result = self._session_call("predict", args, self.predict_timeout_s, shared=self.shared_memory)
+                self._shm_refusals = 0
+                return Prediction.from_wire(result)
             except shm.SharedMemoryUnavailable as exc:
                 self._retire_arena()
                 self._shm_refusals += 1
@@ -133,11 +134,9 @@ class RemoteModel(ModelClient):
                 self._retire_arena()
                 raise
 
-    def _arena_in_use(self) -> Optional[shm.Arena]:
-        if not self.shared_memory:
-            return None
+    def _arena_in_use(self) -> shm.Arena:
         if self._arena is None:
-            self._arena = shm.Arena(1 << 20, self.worker_id)
+            self._arena = shm.Arena(1 << 20)
         return self._arena
 
     def _retire_arena(self) -> None:
@@ -152,7 +151,7 @@ class RemoteModel(ModelClient):
             return wire.encode(msg, arena=arena)
         except shm.ArenaFull as full:
             self._retire_arena()
-            self._arena = shm.Arena(2 * full.needed, self.worker_id)
+            self._arena = shm.Arena(2 * full.needed)
             return self._encode(msg, self._arena)
 
     def _reset(self) -> None:
@@ -197,20 +196,19 @@ class RemoteModel(ModelClient):
         result = self._call("hello", None, self.connect_timeout_s, session=False)
         info = ModelInfo.from_wire(result["info"])
         self.session = result["session"]
-        if result["worker"] != self.worker_id:  # segments are named after the worker they are for
-            self._retire_arena()
+        self._retire_arena()  # a worker keeps segments per session: a new one needs a new segment
         self.worker_id = result["worker"]
         self._close_channel()
         self._local_address = result.get("local") if self.local_channel else None
         self.aliases = tuple(result.get("aliases") or ())
         return info
 
-    def _session_call(self, method: str, args: Optional[dict], timeout_s: float, arena: Optional[shm.Arena] = None) -> Any:
+    def _session_call(self, method: str, args: Optional[dict], timeout_s: float, shared: bool = False) -> Any:
         try:
-            return self._call(method, args, timeout_s, arena=arena)
+            return self._call(method, args, timeout_s, shared=shared)
         except SessionNotFound as exc:
             self._reopen(exc)
-            return self._call(method, args, timeout_s, arena=self._arena if arena is not None else None)
+            return self._call(method, args, timeout_s, shared=shared)
 
     def _reopen(self, cause: Exception) -> None:
         """A new session after a worker restart or an idle expiry; same contract required."""
@@ -229,22 +227,23 @@ class RemoteModel(ModelClient):
         log.warning("worker at %s lost our session (%s); opened a new one, model state of the old one is gone",
                     self.endpoint, cause)
 
-    def _call(
-        self, method: str, args: Optional[dict], timeout_s: float, *, session: bool = True, arena: Optional[shm.Arena] = None
-    ) -> Any:
+    def _call(self, method: str, args: Optional[dict], timeout_s: float, *, session: bool = True, shared: bool = False) -> Any:
+        """One request; ``shared``: large arrays through shared memory (local channel only)."""
         if self._sock.closed:
             raise WorkerError(f"connection to {self.endpoint} is closed")
         rid = next(self._ids)
         msg = protocol.request(rid, method, session=self.session if session else None, token=self.token, args=args)
-        frames = self._encode(msg, arena)
         channel = self._channel_for(method)
         if channel is not None:
-            reply = self._call_local(channel, frames, rid, method, timeout_s)
+            frames = self._encode(msg, self._arena_in_use() if shared else None)
+            arena = self._arena if shared else None  # a larger one when the request did not fit
+            reply = self._call_local(channel, frames, rid, method, timeout_s, arena)
             if reply is not None:
                 if reply.get("ok"):
                     return reply.get("result")
                 raise protocol.rebuild_error(reply.get("error") or {})
-            # the worker did not take a new local connection: this call goes over ZeroMQ
+            # the request was not delivered there (a new connection refused): it goes over ZeroMQ
+        frames = wire.encode(msg)
         self._drain_monitor()
         if self._peer_up is False:
             self._await_peer(method, timeout_s)
@@ -292,13 +291,17 @@ class RemoteModel(ModelClient):
             return None
         return self._channel
 
-    def _call_local(self, channel: local.LocalChannel, frames: list, rid: int, method: str, timeout_s: float) -> Optional[dict]:
+    def _call_local(self, channel: local.LocalChannel, frames: list, rid: int, method: str, timeout_s: float,
+                    arena: Optional[shm.Arena]) -> Optional[dict]:
         """The answer over the local channel; None when the request was not delivered (the
         worker refused a new connection over its cap, or had closed this one): the caller
-        then sends it over ZeroMQ."""
+        then sends it over ZeroMQ. A segment the worker has not got yet travels with it."""
         fresh = not channel.answered
+        fds = [arena.fd] if arena is not None and arena.used and not arena.sent else []
+        if fds:
+            arena.sent = True
         try:
-            reply = channel.call(frames, time.monotonic() + timeout_s)
+            reply = channel.call(frames, time.monotonic() + timeout_s, fds)
         except WorkerTimeout:
             self._close_channel()  # its late answer must not meet the next request
             raise WorkerTimeout(
@@ -307,6 +310,8 @@ class RemoteModel(ModelClient):
             ) from None
         except local.NotDelivered as exc:
             self._close_channel()
+            if arena is not None and fds:
+                arena.sent = False
             if fresh:
                 self._no_local(exc)
             return None

@@ -11,7 +11,8 @@ of the local channel closes it and the call goes over ZeroMQ, where reconnection
 session recovery already live.
 
 Framing: ``!I`` frame count, ``!I`` length per frame, then the frames (the ``wamcore.wire``
-header and buffers), sent with one ``sendmsg`` (no joining copy).
+header and buffers), sent with one ``sendmsg`` (no joining copy). A message may carry the
+descriptor of a shared-memory segment (``SCM_RIGHTS``, see ``.shm``).
 
 The worker never blocks on one connection (:class:`ServerConn`): it reads what has
 arrived and keeps partial messages per connection, refuses a message whose declared size
@@ -23,13 +24,16 @@ uses ZeroMQ).
 
 from __future__ import annotations
 
+import array
 import errno
 import select
 import socket
 import struct
 import sys
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
+
+from . import shm
 
 from ..errors import ProtocolError, WorkerTimeout
 
@@ -52,11 +56,12 @@ def _parts(frames: Sequence) -> list:
     return [struct.pack(f"!{len(lengths) + 1}I", len(lengths), *lengths), *frames]
 
 
-def send_frames(sock: socket.socket, frames: Sequence) -> None:
-    """Blocking send of one message (the client's side)."""
+def send_frames(sock: socket.socket, frames: Sequence, fds: Sequence[int] = ()) -> None:
+    """Blocking send of one message (the client's side), with descriptors ``fds``."""
     parts = _parts(frames)
     total = sum(memoryview(p).nbytes for p in parts)
-    sent = sock.sendmsg(parts)
+    ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+    sent = sock.sendmsg(parts, ancillary)
     if sent < total:  # a large message the kernel took in pieces
         rest = b"".join(bytes(memoryview(p)) for p in parts)[sent:]
         sock.sendall(rest)
@@ -113,6 +118,8 @@ def recv_frames(sock: socket.socket, wait: Callable[[], None] = lambda: None, ma
 class ServerConn:
     """Worker side of one client connection: non-blocking, one message at a time."""
 
+    _ANCILLARY = socket.CMSG_SPACE(shm.MAX_FDS * 4)
+
     def __init__(self, sock: socket.socket, max_bytes: int):
         sock.setblocking(False)
         self.sock = sock
@@ -120,6 +127,7 @@ class ServerConn:
         self.max_bytes = max_bytes
         self.started: Optional[float] = None  # when the first byte of the message in progress came
         self._out: List[memoryview] = []
+        self._fds: List[int] = []
         self._reset()
 
     def _reset(self) -> None:
@@ -128,18 +136,22 @@ class ServerConn:
         self._header: Optional[tuple] = None
         self.started = None
 
-    def read(self) -> Optional[List[memoryview]]:
-        """The frames of a message, once all of it has arrived; None until then.
-        ConnectionResetError when the client left, ProtocolError when it broke the framing."""
+    def read(self) -> Optional[Tuple[List[memoryview], List[int]]]:
+        """The frames of a message and the descriptors it carried, once all of it has
+        arrived; None until then. ConnectionResetError when the client left, ProtocolError
+        when it broke the framing. The caller owns (and must close) the descriptors."""
         while True:
             buf = self._buf
             if self._got == len(buf):  # grow with what arrives, never to a size only declared
                 want = len(buf) if self._header is None else min(len(buf), self._header[2] - self._got)
                 buf.extend(bytes(want))
             try:
-                k = self.sock.recv_into(memoryview(buf)[self._got:])
+                k, ancillary, _, _ = self.sock.recvmsg_into([memoryview(buf)[self._got:]], self._ANCILLARY)
             except (BlockingIOError, InterruptedError):
                 return None
+            for level, kind, data in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    self._fds.extend(array.array("i", data[: len(data) - len(data) % 4]))
             if k == 0:
                 raise ConnectionResetError("the client closed the local channel")
             if self.started is None:
@@ -151,14 +163,25 @@ class ServerConn:
                 if self._got > self._header[2]:
                     raise ProtocolError("local channel: bytes beyond the message (one request at a time)")
                 head, lengths, _ = self._header
-                frames = _split(memoryview(buf), head, lengths)
+                frames, fds = _split(memoryview(buf), head, lengths), self._fds
+                self._fds = []
                 self._reset()
-                return frames
+                return frames, fds
 
     def send(self, frames: Sequence) -> bool:
         """Send what the socket takes now and queue the rest; True while some is queued.
         ProtocolError when a client does not read its answers."""
-        self._out.extend(memoryview(p).cast("B") for p in _parts(frames))
+        parts = _parts(frames)
+        if not self._out:  # the common case: the socket takes all of it at once
+            try:
+                sent = self.sock.sendmsg(parts)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            total = sum(memoryview(p).nbytes for p in parts)
+            if sent == total:
+                return False
+            parts = [b"".join(bytes(memoryview(p)) for p in parts)[sent:]]
+        self._out.extend(memoryview(p).cast("B") for p in parts)
         if sum(p.nbytes for p in self._out) > 2 * self.max_bytes:
             raise ProtocolError("local channel: the client does not read its answers")
         return self.flush()
@@ -178,6 +201,8 @@ class ServerConn:
         return False
 
     def close(self) -> None:
+        shm.close_fds(self._fds)
+        self._fds = []
         self.sock.close()
 
 
@@ -248,11 +273,12 @@ class LocalChannel:
         self.sock.settimeout(None)
         self.answered = False  # a worker over its connection cap refuses before the first answer
 
-    def call(self, frames: Sequence, deadline: float) -> List[memoryview]:
-        """Send one request and wait for its answer until ``deadline`` (monotonic). A worker
-        that dies closes its end, so waiting needs no polling: the read returns EOF."""
+    def call(self, frames: Sequence, deadline: float, fds: Sequence[int] = ()) -> List[memoryview]:
+        """Send one request (with descriptors ``fds``) and wait for its answer until
+        ``deadline`` (monotonic). A worker that dies closes its end, so waiting needs no
+        polling: the read returns EOF."""
         try:
-            send_frames(self.sock, frames)
+            send_frames(self.sock, frames, fds)
         except OSError as exc:
             raise NotDelivered(str(exc)) from exc
 

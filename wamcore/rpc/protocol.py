@@ -167,6 +167,12 @@ def check_request(msg: Any) -> Mapping:
     """A request of our protocol version whose routing fields have the types and sizes they
     must have; anything else is a ProtocolError that repeats none of the client's data."""
     check_envelope(msg, REQUEST)
+    rid, method, session, token, args = (msg.get(k) for k in ("id", "method", "session", "token", "args"))
+    if ((rid is None or (type(rid) is int and 0 <= rid <= MAX_ID)) and type(method) is str and len(method) <= MAX_NAME_CHARS
+            and (session is None or (type(session) is str and len(session) <= MAX_NAME_CHARS))
+            and (token is None or (type(token) is str and len(token) <= MAX_TOKEN_CHARS))
+            and (args is None or type(args) is dict)):
+        return msg  # the common case, in one expression
     problems = []
     if msg.get("id") is not None and request_id(msg) is None:
         problems.append("id must be a non-negative 64-bit integer")

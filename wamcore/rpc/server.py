@@ -28,7 +28,6 @@ short grace period if the model does not let go.
 
 from __future__ import annotations
 
-import functools
 import hmac
 import json
 import logging
@@ -82,8 +81,6 @@ class _Stop:
     event = threading.Event()
     reason: Optional[str] = None
     _forced = False
-    #: run before a forced exit (the model did not let go): nothing else will run them
-    cleanups: List[Callable[[], Any]] = []
 
     @classmethod
     def request(cls, reason: str, *, force_after: Optional[float] = STOP_GRACE_S) -> None:
@@ -93,18 +90,9 @@ class _Stop:
         cls.event.set()
         if force_after is not None and not cls._forced:
             cls._forced = True
-            timer = threading.Timer(force_after, cls._force)
+            timer = threading.Timer(force_after, os._exit, args=(3,))
             timer.daemon = True
             timer.start()
-
-    @classmethod
-    def _force(cls) -> None:
-        for cleanup in list(cls.cleanups):
-            try:
-                cleanup()
-            except Exception:
-                pass
-        os._exit(3)
 
 
 def _parent_death_signal() -> int:
@@ -274,17 +262,14 @@ class WorkerServer:
         self._stopping = False
         self._accept_paused_until: Optional[float] = None
         loopback = protocol.is_loopback(host)
-        # a quarter of the descriptors for local connections, a quarter for segments: the
-        # rest stays for ZeroMQ (new clients) and the model, whatever clients do
+        # a quarter of the descriptors for local connections, a quarter of them as the number
+        # of mapped segments: the rest stays for ZeroMQ (new clients) and the model
         quarter = max(1, fd_limit() // 4)
         if max_connections > quarter:
             log.info("local connections: at most %d (a quarter of the %d descriptors this process may open)",
                      quarter, fd_limit())
             max_connections = quarter
-        self._shared = shm.SharedSegments(enabled=loopback, instance=self.instance, max_bytes=max_message_bytes,
-                                          max_open=quarter)
-        self._unlink_leftovers = functools.partial(shm.unlink_segments_of, self.instance)
-        _Stop.cleanups.append(self._unlink_leftovers)
+        self._shared = shm.SharedSegments(enabled=loopback, max_bytes=max_message_bytes, max_open=quarter)
         self._local = LocalListener(self.instance, max_connections, max_message_bytes) if loopback and local.supported() else None
         # answers that cannot fail: for an answer that could not be encoded, and for a
         # local connection over the cap
@@ -389,7 +374,7 @@ class WorkerServer:
             def reply(out: list, identity=identity) -> None:
                 self._sock.send_multipart([identity, *out], copy=wire.frames_nbytes(out) < 64 * 1024)
 
-            self._serve(frames[1:], reply)
+            self._serve(frames[1:], reply=reply)
             if not self._sock.get(zmq.EVENTS) & zmq.POLLIN:
                 return
 
@@ -421,11 +406,11 @@ class WorkerServer:
                 self._poller.register(fd, zmq.POLLIN)  # all sent: stop watching for room
             if not events & (zmq.POLLIN | zmq.POLLERR):
                 return
-            body = conn.read()
+            message = conn.read()
         except (OSError, ProtocolError) as exc:  # the client went away or broke the framing
             self._drop_local(conn, exc)
             return
-        if body is None:
+        if message is None:
             return
 
         def reply(out: list) -> None:
@@ -437,7 +422,7 @@ class WorkerServer:
             except (OSError, ProtocolError) as exc:
                 self._drop_local(conn, exc)
 
-        self._serve(body, reply)
+        self._serve(*message, reply=reply)
 
     def _drop_local(self, conn: ServerConn, why: Any) -> None:
         if self._local.conns.get(conn.fd) is conn:
@@ -445,10 +430,11 @@ class WorkerServer:
             self._poller.unregister(conn.fd)
             self._local.drop(conn)
 
-    def _serve(self, body: list, reply: Callable[[list], None]) -> None:
+    def _serve(self, body: list, fds: List[int] = (), *, reply: Callable[[list], None]) -> None:
         """Answer one request through ``reply``: now, or when its batch runs. Every failure
-        becomes a typed error answer."""
+        becomes a typed error answer. ``fds``: descriptors the request carried (local channel)."""
         rid: Any = None
+        fds = list(fds)
         try:
             refs: List[shm.Reference] = []
 
@@ -459,12 +445,14 @@ class WorkerServer:
             msg = wire.decode(body, shared=shared)
             rid = protocol.request_id(msg)
             protocol.check_request(msg)
-            result = self._dispatch(msg, rid, reply, refs)
+            result = self._dispatch(msg, rid, reply, refs, fds)
             if result is _DEFERRED:
                 return
             out = wire.encode(protocol.response(rid, self.instance, result))
         except Exception as exc:  # every failure goes back typed; the worker keeps serving
             out = self._error(rid, exc)
+        finally:
+            shm.close_fds(fds)  # those the request did not hand over
         reply(out)
 
     def _error(self, rid: Any, exc: Exception) -> list:
@@ -476,7 +464,8 @@ class WorkerServer:
         except Exception:
             return self._fallback
 
-    def _dispatch(self, msg: dict, rid: Any, reply: Callable[[list], None], refs: List[shm.Reference]) -> Any:
+    def _dispatch(self, msg: dict, rid: Any, reply: Callable[[list], None], refs: List[shm.Reference],
+                  fds: List[int]) -> Any:
         method = msg["method"]
         if self.token is not None:
             given = msg.get("token")
@@ -497,6 +486,11 @@ class WorkerServer:
                 )
             session.last_used = time.monotonic()
             self._fresh.pop(sid, None)
+        if fds:
+            if session is None:
+                raise ProtocolError("shared-memory descriptors are accepted in session calls only")
+            taken, fds[:] = list(fds), []
+            self._shared.adopt(sid, taken)
         if refs:
             self._shared.resolve(args, refs, sid if session is not None else None)
         if method == "hello":
@@ -634,8 +628,6 @@ class WorkerServer:
             sock.close()
         self._ctx.term()
         self._shared.close()
-        if self._unlink_leftovers in _Stop.cleanups:
-            _Stop.cleanups.remove(self._unlink_leftovers)
         if self._local is not None:
             self._local.close()
 

@@ -5,24 +5,23 @@ and out again on every step; through a shared-memory segment they are copied onc
 socket carries only the small header (``../shared/reference/rpc_perf.md``: shared memory with
 a socket doorbell is the fastest robust same-host path; busy-polling is not).
 
-* The client owns an :class:`Arena`, a segment in ``/dev/shm`` that only it writes, named
-  after the worker it talks to (``wamcore-<worker instance>-<random>``). Each request's
-  large arrays are copied into it; the header refers to (segment, cookie, offset, dtype,
-  shape) instead of a frame.
-* The worker resolves references only for an authenticated request of an open session
-  (the token and the session are checked first). The first time a session names a
-  segment, the worker opens it without following links and without blocking, and accepts
-  only a regular file on ``/dev/shm`` owned by its own user with no other link, whose
-  first 16 bytes are the cookie the client sent; then it **unlinks the name**, so the
-  segment lives exactly as long as the two processes hold it.
-* It reads each array out with ``pread`` into memory of its own, so a model may keep what
-  it receives, and a client that truncates its segment meanwhile gets an error, not a
-  worker killed by SIGBUS (what reading a mapping past its file's end does).
-* A worker keeps a few segments per session (a client uses one at a time), a bounded
-  number in all, and closes them with the session. Segments named for this worker that no request unlinked (a request
-  queued when the client died) are unlinked when the worker stops.
-* Only workers bound to loopback accept references. A worker that cannot open the segment
-  (another host or container) answers :class:`SharedMemoryUnavailable`; the client then
+* The client owns an :class:`Arena`: an anonymous memory file (``memfd_create``) that only
+  it writes, sealed so that it can never shrink, and with no name anywhere (nothing in
+  ``/dev/shm`` to leak, to guess, or to replace by a link or a FIFO). Each request's large
+  arrays are copied into it; the header refers to (segment id, offset, dtype, shape)
+  instead of a frame. The segment id is 16 random bytes the client wrote at its start.
+* The segment's descriptor travels once, with the first request that uses it, as
+  ``SCM_RIGHTS`` ancillary data on the local Unix channel (``.local``); shared memory is
+  used only on that channel. The worker takes it only with an authenticated request of an
+  open session, and only if it is a regular memory file sealed against shrinking: so the
+  worker's reads of the mapping can never fault (a mapping read past a truncated file's end
+  kills the process with SIGBUS). It maps it read-only, closes the descriptor, and reads
+  the segment id from its start.
+* The worker copies each array out before the model sees it, so a model may keep what it
+  receives. It keeps a few segments per session (a client uses one at a time) and a bounded
+  number in all, and unmaps them with the session.
+* A reference the worker cannot resolve (another host or container: no local channel; a
+  segment it released) is answered with :class:`SharedMemoryUnavailable`; the client then
   tries once with a fresh segment and otherwise falls back to frames for good.
 * After a call that timed out or lost its worker, the client retires its arena, so a
   worker still reading a late request never sees bytes of the next one.
@@ -30,14 +29,10 @@ a socket doorbell is the fastest robust same-host path; busy-polling is not).
 
 from __future__ import annotations
 
-import errno
-import glob
 import mmap
 import os
-import re
 import stat
 import sys
-import uuid
 import weakref
 from collections import OrderedDict
 from typing import Callable, List, NamedTuple, Optional
@@ -45,23 +40,30 @@ from typing import Callable, List, NamedTuple, Optional
 import msgpack
 import numpy as np
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: no shared memory
+    fcntl = None
+
 from .. import wire
 from ..errors import ProtocolError, WorkerError
 
-SHM_DIR = "/dev/shm"
 #: arrays at least this large go through the segment; smaller ones are cheaper as frames
 THRESHOLD = 32 * 1024
-#: segments a worker keeps open per session (a client's current arena and the one before)
+#: segments a worker keeps per session (a client's current arena and the one before)
 PER_SESSION = 2
-_COOKIE = 16
+#: descriptors one message may carry (the client sends one arena at a time)
+MAX_FDS = 2
+_ID = 16
 _ALIGN = 64
-_NAME = re.compile(r"wamcore-([0-9a-f]{32})-[0-9a-f]{32}")
+_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL if hasattr(fcntl, "F_SEAL_SHRINK") else 0
 _packer = msgpack.Packer(use_bin_type=True)
 
 
 class SharedMemoryUnavailable(WorkerError):
     """The worker cannot read the client's shared-memory segment (another host or container,
-    a worker bound beyond loopback, no /dev/shm); the client falls back to socket frames."""
+    a worker without the local channel, a segment it released); the client falls back to
+    socket frames."""
 
 
 class ArenaFull(Exception):
@@ -70,37 +72,40 @@ class ArenaFull(Exception):
 
 
 def supported() -> bool:
-    return sys.platform.startswith("linux") and os.path.isdir(SHM_DIR)
+    return sys.platform.startswith("linux") and hasattr(os, "memfd_create") and bool(_SEALS)
 
 
-def _release(path: str, mm: mmap.mmap) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:  # the worker unlinked it after opening it
-        pass
+def _release(fd: int, mm: mmap.mmap) -> None:
     mm.close()
+    os.close(fd)
 
 
 class Arena:
-    """A client-owned segment that request arrays are copied into, one request at a time;
-    ``owner`` is the instance id of the worker it is for (part of its name)."""
+    """A client-owned sealed memory file that request arrays are copied into, one request at
+    a time. ``fd`` goes to the worker with the first request that uses it (``sent``)."""
 
     threshold = THRESHOLD
 
-    def __init__(self, size: int, owner: str):
+    def __init__(self, size: int):
         self.size = max(int(size), _ALIGN * 2)
-        self.name = f"wamcore-{owner}-{uuid.uuid4().hex}"
-        self.cookie = os.urandom(_COOKIE)
-        path = os.path.join(SHM_DIR, self.name)
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        self.fd = os.memfd_create("wamcore-arena", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
-            os.ftruncate(fd, self.size)
-            self._mm = mmap.mmap(fd, self.size)
-        finally:
-            os.close(fd)
-        self._mm[:_COOKIE] = self.cookie
+            os.ftruncate(self.fd, self.size)
+            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, _SEALS)
+            self._mm = mmap.mmap(self.fd, self.size)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.id = os.urandom(_ID)
+        self._mm[:_ID] = self.id
         self._offset = _ALIGN
-        self._finalizer = weakref.finalize(self, _release, path, self._mm)
+        self.sent = False
+        self._finalizer = weakref.finalize(self, _release, self.fd, self._mm)
+
+    @property
+    def used(self) -> bool:
+        """Whether the message being encoded put an array here."""
+        return self._offset > _ALIGN
 
     def begin(self) -> None:
         self._offset = _ALIGN
@@ -115,7 +120,7 @@ class Arena:
         np.copyto(dst.reshape(array.shape), array)
         del dst  # no view may outlive a call: the mapping must stay closable
         self._offset = -(-end // _ALIGN) * _ALIGN
-        return _packer.pack((self.name, self.cookie, start, array.dtype.str, array.shape))
+        return _packer.pack((self.id, start, array.dtype.str, array.shape))
 
     def close(self) -> None:
         self._finalizer()
@@ -132,34 +137,72 @@ class Reference:
 
 
 class _Segment(NamedTuple):
-    cookie: bytes
-    fd: int
+    mm: mmap.mmap
+    size: int
 
 
-def _refuse(fd: int, why: str) -> None:
-    os.close(fd)
-    raise ProtocolError(why)
+def close_fds(fds) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 class SharedSegments:
-    """Worker side: reads references of a session's requests out of its segments. At most
-    ``PER_SESSION`` segments per session and ``max_open`` in all stay open (least recently
-    used closed first: a client whose segment was closed gets SharedMemoryUnavailable and
-    sends the next request in a fresh one)."""
+    """Worker side: the segments clients sent, by session; resolves their references. At
+    most ``PER_SESSION`` segments per session and ``max_open`` in all stay mapped (least
+    recently used unmapped first: a client whose segment was unmapped gets
+    SharedMemoryUnavailable and sends the next request in a fresh one)."""
 
-    def __init__(self, enabled: bool, instance: str, max_bytes: int, max_open: int = 1024):
+    def __init__(self, enabled: bool, max_bytes: int, max_open: int = 1024):
         self.enabled = enabled and supported()
-        self.instance = instance
         self.max_bytes = max_bytes
         self.max_open = max(1, max_open)
-        self._segments: "OrderedDict[tuple, _Segment]" = OrderedDict()  # (session, name), least recently used first
-        self._device = os.stat(SHM_DIR).st_dev if self.enabled else None
+        self._segments: "OrderedDict[tuple, _Segment]" = OrderedDict()  # (session, id), least recently used first
+
+    def adopt(self, session: str, fds: List[int]) -> None:
+        """Take the descriptors a session's request carried (closes each: the mapping stays)."""
+        try:
+            if not self.enabled:
+                raise SharedMemoryUnavailable("this worker does not read shared memory (not on loopback)")
+            for fd in fds:
+                self._add(session, *self._map(fd))
+        finally:
+            close_fds(fds)
+
+    def _map(self, fd: int) -> tuple:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ProtocolError("a shared-memory descriptor must be a memory file, not a pipe, socket or device")
+        try:
+            seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        except OSError:
+            seals = 0
+        if not seals & fcntl.F_SEAL_SHRINK:
+            raise ProtocolError("a shared-memory descriptor must be a memory file sealed against shrinking "
+                                "(memfd_create + F_SEAL_SHRINK)")
+        if st.st_size < _ALIGN:
+            raise ProtocolError("a shared-memory segment is too small")
+        mm = mmap.mmap(fd, st.st_size, prot=mmap.PROT_READ)
+        return bytes(mm[:_ID]), _Segment(mm, st.st_size)
+
+    def _add(self, session: str, sid: bytes, segment: _Segment) -> None:
+        key = (session, sid)
+        if key in self._segments:
+            self._unmap(key)
+        self._segments[key] = segment
+        mine = [k for k in self._segments if k[0] == session]
+        for old in mine[: max(0, len(mine) - PER_SESSION)]:
+            self._unmap(old)
+        while len(self._segments) > self.max_open:
+            self._unmap(next(iter(self._segments)))
 
     def resolve(self, root: dict, refs: List[Reference], session: Optional[str]) -> None:
         """Replace every :class:`Reference` inside ``root`` by its array (``refs``: all the
         references the request's header held)."""
         if not self.enabled:
-            raise SharedMemoryUnavailable("this worker does not read shared memory (not on loopback, or no /dev/shm)")
+            raise SharedMemoryUnavailable("this worker does not read shared memory (not on loopback)")
         if session is None:
             raise ProtocolError("shared-memory references are accepted in session calls only")
         budget = [self.max_bytes]
@@ -169,101 +212,40 @@ class SharedSegments:
 
     def _read(self, ref: Reference, session: str, budget: list) -> np.ndarray:
         try:
-            name, cookie, offset, dtype_s, shape = msgpack.unpackb(ref.data)
+            fields = msgpack.unpackb(ref.data)
         except (ValueError, TypeError) as exc:
             raise ProtocolError(f"bad shared-memory reference: {exc}") from exc
-        if not isinstance(offset, int) or offset < _COOKIE:
-            raise ProtocolError("bad offset in a shared-memory reference")
-        if not isinstance(shape, list):
-            raise ProtocolError("bad shape in a shared-memory reference")
+        if isinstance(fields, list) and len(fields) == 5:  # a segment by name, from an earlier wamcore
+            raise SharedMemoryUnavailable("this worker reads shared memory sent over its local channel only")
+        if not isinstance(fields, list) or len(fields) != 4:
+            raise ProtocolError("bad shared-memory reference")
+        sid, offset, dtype_s, shape = fields
+        if not isinstance(offset, int) or offset < _ID or not isinstance(shape, list) or not isinstance(sid, bytes):
+            raise ProtocolError("bad shared-memory reference")
         nbytes = wire.array_nbytes(dtype_s, shape)  # checks dtype and shape
         budget[0] -= nbytes
         if budget[0] < 0:
             raise ProtocolError(f"a request's shared-memory arrays exceed {self.max_bytes} bytes (--max-message-mb)")
-        fd = self._segment(name, cookie, session)
-        out = np.empty(shape, dtype=wire.array_dtype(dtype_s))
-        got = os.preadv(fd, [memoryview(out).cast("B")], offset) if nbytes else 0
-        if got != nbytes:
-            raise ProtocolError(f"shared-memory segment {name} was truncated: {got} of {nbytes} bytes at offset {offset}")
-        return out
+        key = (session, sid)
+        segment = self._segments.get(key)
+        if segment is None:
+            raise SharedMemoryUnavailable("unknown shared-memory segment: send its descriptor with the request (a fresh arena)")
+        self._segments.move_to_end(key)
+        if offset + nbytes > segment.size:
+            raise ProtocolError(f"shared-memory reference beyond its segment ({offset} + {nbytes} > {segment.size} bytes)")
+        view = memoryview(segment.mm)[offset : offset + nbytes]
+        return wire.array_from(dtype_s, shape, view).copy()  # the client reuses its segment
 
-    def _segment(self, name, cookie, session: str) -> int:
-        if not isinstance(name, str) or not isinstance(cookie, bytes):
-            raise ProtocolError("bad shared-memory segment name")
-        match = _NAME.fullmatch(name)
-        if match is None:
-            raise ProtocolError(f"bad shared-memory segment name {name[:80]!r}")
-        if match.group(1) != self.instance:
-            raise SharedMemoryUnavailable(f"segment {name} was made for another worker; use a fresh one")
-        key = (session, name)
-        known = self._segments.get(key)
-        if known is not None:
-            if known.cookie != cookie:
-                raise ProtocolError(f"shared-memory segment {name} presented with another cookie")
-            self._segments.move_to_end(key)
-            return known.fd
-        fd = self._open(name, cookie)
-        self._segments[key] = _Segment(cookie, fd)
-        mine = [k for k in self._segments if k[0] == session]
-        for old in mine[: max(0, len(mine) - PER_SESSION)]:
-            self._close(old)
-        while len(self._segments) > self.max_open:
-            self._close(next(iter(self._segments)))
-        return fd
-
-    def _close(self, key: tuple) -> None:
-        os.close(self._segments.pop(key).fd)
-
-    def _open(self, name: str, cookie: bytes) -> int:
-        path = os.path.join(SHM_DIR, name)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise SharedMemoryUnavailable(
-                f"no segment {name} in {SHM_DIR} (the client is on another host or in another container, "
-                "or the worker released it)") from None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise ProtocolError(f"{path} is not a regular file (a symbolic link)") from None
-            raise SharedMemoryUnavailable(f"cannot open {path}: {exc.strerror}") from None
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            _refuse(fd, f"{path} is not a regular file")
-        if st.st_uid != os.geteuid() or st.st_dev != self._device or st.st_nlink != 1:
-            _refuse(fd, f"{path} is not a segment of this worker's user (owner, file system or links differ)")
-        if os.pread(fd, _COOKIE, 0) != cookie:
-            os.close(fd)
-            raise SharedMemoryUnavailable(f"{path} is not the client's segment (cookie mismatch)")
-        try:
-            os.unlink(path)  # from now on the segment lives exactly as long as the two processes hold it
-        except OSError:
-            pass
-        return fd
+    def _unmap(self, key: tuple) -> None:
+        self._segments.pop(key).mm.close()
 
     def drop_session(self, session: str) -> None:
         for key in [k for k in self._segments if k[0] == session]:
-            self._close(key)
+            self._unmap(key)
 
     def close(self) -> None:
         while self._segments:
-            self._close(next(iter(self._segments)))
-        if self.enabled:
-            unlink_segments_of(self.instance)
-
-
-def unlink_segments_of(instance: str) -> int:
-    """Unlink segments named for worker ``instance`` that are still in /dev/shm (requests
-    never read: their client died with them queued). Returns how many."""
-    count = 0
-    for path in glob.glob(os.path.join(SHM_DIR, f"wamcore-{instance}-*")):
-        try:
-            st = os.lstat(path)
-            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
-                os.unlink(path)
-                count += 1
-        except OSError:
-            pass
-    return count
+            self._unmap(next(iter(self._segments)))
 
 
 def _replace(root, resolve: Callable[[Reference], np.ndarray]) -> int:
@@ -271,14 +253,17 @@ def _replace(root, resolve: Callable[[Reference], np.ndarray]) -> int:
     count, stack = 0, [root]
     while stack:
         node = stack.pop()
-        for key, value in (node.items() if isinstance(node, dict) else enumerate(node)):
-            if isinstance(value, Reference):
+        pairs = node.items() if type(node) is dict else enumerate(node)
+        for key, value in pairs:
+            kind = type(value)
+            if kind is dict or kind is list:
+                if value:
+                    stack.append(value)
+            elif kind is Reference:
                 node[key] = resolve(value)
                 count += 1
-            elif isinstance(value, (dict, list)):
-                stack.append(value)
     return count
 
 
-__all__ = ["Arena", "ArenaFull", "Reference", "SharedSegments", "SharedMemoryUnavailable", "THRESHOLD", "supported",
-           "unlink_segments_of"]
+__all__ = ["Arena", "ArenaFull", "Reference", "SharedSegments", "SharedMemoryUnavailable", "THRESHOLD", "MAX_FDS",
+           "supported", "close_fds"]
