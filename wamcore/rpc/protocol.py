@@ -198,11 +198,12 @@ def check_envelope(msg: Any, kind: str) -> Mapping:
     """The message as a mapping of ``kind`` in our protocol version, or ProtocolError."""
     if not isinstance(msg, Mapping):
         raise ProtocolError(f"expected an {kind} message (a map), got {type(msg).__name__}")
-    if msg.get("type") != kind:
-        raise ProtocolError(f"expected an {kind!r} message, got type {_brief(msg.get('type'))}")
-    if msg.get("v") != PROTOCOL_VERSION:
+    kind_given, version = msg.get("type"), msg.get("v")
+    if not (isinstance(kind_given, str) and kind_given == kind):  # a client's value: never compare arrays
+        raise ProtocolError(f"expected an {kind!r} message, got type {_brief(kind_given)}")
+    if not (type(version) is int and version == PROTOCOL_VERSION):
         raise ProtocolError(
-            f"peer speaks wamcore worker protocol version {_brief(msg.get('v'))}, this side speaks "
+            f"peer speaks wamcore worker protocol version {_brief(version)}, this side speaks "
             f"{PROTOCOL_VERSION}; install the same wamcore version in both environments"
         )
     return msg
