@@ -13,7 +13,8 @@ inputs the model itself found malformed), and the worker's RSS::
 Parent kills: a script opens a spawned worker (``open_model``), predicts through shared
 memory, and is SIGKILLed (idle, in the middle of a slow call, or with a second request
 queued behind it); the run reports workers that outlived their parent (orphans), the time
-each took to exit, and entries left in /dev/shm::
+each took to exit, and shared-memory segments that outlived both (named in /dev/shm, or a
+memory file some process still maps or holds)::
 
     python bench/fuzz_worker.py --cases 0 --parent-kills 100
 
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import array
-import glob
 import json
 import os
 import random
@@ -534,11 +534,12 @@ def run_fuzz(cases: int, seed: int = 0, tmp: Optional[Path] = None, canary_every
 # ----------------------------------------------------------------------------- parent kills
 
 PARENT = textwrap.dedent("""
-    import json, sys, time
+    import json, os, sys, time
     import wamtest_scripted as toy
     from wamcore.contracts import PredictRequest
     from wamcore.errors import WorkerTimeout
     from wamcore.registry import default_registry
+    from wamcore.rpc import shm
     from wamcore.runtime import WorkerConfig, open_model
     mode = sys.argv[2]
     reg = default_registry()
@@ -552,7 +553,10 @@ PARENT = textwrap.dedent("""
         except WorkerTimeout:
             pass
         model.timeout_s = 60
-    print(json.dumps({"worker": model.info.details["worker"]["pid"]}), flush=True)
+        model._arena = shm.Arena(1 << 20)  # the fresh segment the next request takes (made here to follow it)
+    arena = model._arena  # the shared-memory segment of this client
+    print(json.dumps({"worker": model.info.details["worker"]["pid"], "arena": os.readlink(f"/proc/self/fd/{arena.fd}"),
+                      "inode": os.fstat(arena.fd).st_ino}), flush=True)
     if mode == "idle":
         time.sleep(120)
     model.predict(PredictRequest(toy.big_observation(2), options={"delay": 30.0 if mode == "busy" else 0.0}))
@@ -584,15 +588,35 @@ def tagged(tag: str) -> List[int]:
     return found
 
 
+def holders(inode: int) -> List[int]:
+    """Processes that still map or hold the memory file with this inode."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            maps = Path(f"/proc/{entry}/maps").read_text()
+            if any(line.split()[4] == str(inode) and "memfd:" in line for line in maps.splitlines() if len(line.split()) > 5):
+                found.append(int(entry))
+                continue
+            for fd in os.listdir(f"/proc/{entry}/fd"):
+                if os.readlink(f"/proc/{entry}/fd/{fd}").startswith("/memfd:") and os.stat(f"/proc/{entry}/fd/{fd}").st_ino == inode:
+                    found.append(int(entry))
+                    break
+        except OSError:
+            continue
+    return found
+
+
 def run_parent_kills(kills: int, tmp: Optional[Path] = None, exit_limit_s: float = 10.0, progress: bool = False) -> dict:
     """SIGKILL the parent of a spawned worker ``kills`` times (idle, mid-call, with a request
-    queued behind a slow call); count workers that outlive it and /dev/shm entries left."""
+    queued behind a slow call); count workers that outlive it, and shared-memory segments
+    that outlive both (a named one left in /dev/shm, or a memory file still held)."""
     tmp = Path(tmp or tempfile.mkdtemp())
     script = tmp / "parent.py"
     script.write_text(PARENT)
-    before = set(glob.glob("/dev/shm/*"))
     tag = uuid.uuid4().hex
-    exits, orphans, modes = [], [], {}
+    exits, orphans, modes, named, held = [], [], {}, [], []
     for i in range(kills):
         mode = ("idle", "busy", "queued")[i % 3]
         modes[mode] = modes.get(mode, 0) + 1
@@ -602,7 +626,10 @@ def run_parent_kills(kills: int, tmp: Optional[Path] = None, exit_limit_s: float
         if not line:
             parent.wait()
             raise RuntimeError(f"parent {i} ({mode}) failed before its worker was ready")
-        pid = json.loads(line)["worker"]
+        record = json.loads(line)
+        pid = record["worker"]
+        if not record["arena"].startswith("/memfd:"):
+            named.append(record["arena"])
         time.sleep(0.3)
         parent.kill()
         parent.wait()
@@ -615,6 +642,7 @@ def run_parent_kills(kills: int, tmp: Optional[Path] = None, exit_limit_s: float
         else:
             orphans.append(pid)
             os.kill(pid, signal.SIGKILL)
+        held += holders(record["inode"])
         if progress and (i + 1) % 10 == 0:
             print(f"{i + 1} parent kills, {len(orphans)} orphans", flush=True)
     time.sleep(0.5)
@@ -623,7 +651,7 @@ def run_parent_kills(kills: int, tmp: Optional[Path] = None, exit_limit_s: float
         os.kill(pid, signal.SIGKILL)
     return {
         "kills": kills, "modes": modes, "orphans": len(orphans), "processes_left": len(left),
-        "shm_entries_left": sorted(set(glob.glob("/dev/shm/*")) - before),
+        "segments_named_in_dev_shm": len(named), "segments_still_held": len(held),
         "exit_s_median": round(statistics.median(exits), 3) if exits else None,
         "exit_s_max": round(max(exits), 3) if exits else None,
     }
@@ -645,7 +673,8 @@ def main(argv=None) -> None:
     fuzz, kills = out.get("fuzz", {}), out.get("parent_kills", {})
     bad = (fuzz.get("crashes") or fuzz.get("hangs") or fuzz.get("malformed_inputs_seen_by_model")
            or fuzz.get("canaries_wrong") or fuzz.get("model_calls_from_fuzz", 0) != fuzz.get("ok_predictions_from_fuzz", 0)
-           or kills.get("orphans") or kills.get("processes_left") or kills.get("shm_entries_left"))
+           or kills.get("orphans") or kills.get("processes_left") or kills.get("segments_named_in_dev_shm")
+           or kills.get("segments_still_held"))
     sys.exit(1 if bad else 0)
 
 

@@ -36,9 +36,9 @@ def test_thousands_of_malformed_requests_neither_crash_nor_hang_nor_reach_the_mo
     assert {k.split("/")[1] for k in report["cases_by_kind"] if "/" in k} == {"zmq", "local"}
 
 
-def test_parent_kills_leave_no_orphan_and_nothing_in_dev_shm(tmp_path):
+def test_parent_kills_leave_no_orphan_and_no_segment(tmp_path):
     report = fuzz_worker.run_parent_kills(6, tmp=tmp_path)
     print("\n" + json.dumps(report))
     assert report["orphans"] == 0 and report["processes_left"] == 0
-    assert report["shm_entries_left"] == []
+    assert report["segments_named_in_dev_shm"] == 0 and report["segments_still_held"] == 0
     assert report["modes"] == {"idle": 2, "busy": 2, "queued": 2}
