@@ -616,7 +616,8 @@ def run_parent_kills(kills: int, tmp: Optional[Path] = None, exit_limit_s: float
     script = tmp / "parent.py"
     script.write_text(PARENT)
     tag = uuid.uuid4().hex
-    exits, orphans, modes, named, held = [], [], {}, [], []
+    exits: Dict[str, List[float]] = {}
+    orphans, modes, named, held = [], {}, [], []
     for i in range(kills):
         mode = ("idle", "busy", "queued")[i % 3]
         modes[mode] = modes.get(mode, 0) + 1
@@ -638,7 +639,7 @@ def run_parent_kills(kills: int, tmp: Optional[Path] = None, exit_limit_s: float
         while not _pid_gone(pid) and time.monotonic() - t0 < exit_limit_s:
             time.sleep(0.01)
         if _pid_gone(pid):
-            exits.append(time.monotonic() - t0)
+            exits.setdefault(mode, []).append(time.monotonic() - t0)
         else:
             orphans.append(pid)
             os.kill(pid, signal.SIGKILL)
@@ -652,8 +653,8 @@ def run_parent_kills(kills: int, tmp: Optional[Path] = None, exit_limit_s: float
     return {
         "kills": kills, "modes": modes, "orphans": len(orphans), "processes_left": len(left),
         "segments_named_in_dev_shm": len(named), "segments_still_held": len(held),
-        "exit_s_median": round(statistics.median(exits), 3) if exits else None,
-        "exit_s_max": round(max(exits), 3) if exits else None,
+        "exit_s_median": {m: round(statistics.median(v), 3) for m, v in exits.items()},
+        "exit_s_max": {m: round(max(v), 3) for m, v in exits.items()},
     }
 
 
