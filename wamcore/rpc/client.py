@@ -46,6 +46,7 @@ _BYE_TIMEOUT_S = 0.5
 #: (a worker restarted on the same address is back within its reconnect interval)
 _RECONNECT_GRACE_S = 2.0
 _ZERO_COPY_FROM = 64 * 1024
+_POLLIN = int(zmq.POLLIN)  # a plain int: operations on zmq's enum flags build new enum objects
 
 
 class RemoteModel(ModelClient):
@@ -373,7 +374,7 @@ class RemoteModel(ModelClient):
         """Consume queued monitor events (following the connection's state); True if one
         was a disconnect."""
         lost = False
-        while self._monitor.get(zmq.EVENTS) & zmq.POLLIN:  # cheaper than poll(0) on the hot path
+        while self._monitor.get(zmq.EVENTS) & _POLLIN:  # cheaper than poll(0) on the hot path
             event = recv_monitor_message(self._monitor)["event"]
             lost = lost or event == zmq.EVENT_DISCONNECTED
             self._peer_up = event == zmq.EVENT_CONNECTED

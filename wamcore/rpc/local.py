@@ -51,15 +51,15 @@ def address(instance: str) -> str:
     return f"\0wamcore-{instance}"
 
 
-def _parts(frames: Sequence) -> list:
+def _parts(frames: Sequence) -> tuple:
+    """(the header and the frames, their total size)."""
     lengths = [memoryview(f).nbytes for f in frames]
-    return [struct.pack(f"!{len(lengths) + 1}I", len(lengths), *lengths), *frames]
+    return [struct.pack(f"!{len(lengths) + 1}I", len(lengths), *lengths), *frames], 4 * (len(lengths) + 1) + sum(lengths)
 
 
 def send_frames(sock: socket.socket, frames: Sequence, fds: Sequence[int] = ()) -> None:
     """Blocking send of one message (the client's side), with descriptors ``fds``."""
-    parts = _parts(frames)
-    total = sum(memoryview(p).nbytes for p in parts)
+    parts, total = _parts(frames)
     ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
     sent = sock.sendmsg(parts, ancillary)
     if sent < total:  # a large message the kernel took in pieces
@@ -171,13 +171,12 @@ class ServerConn:
     def send(self, frames: Sequence) -> bool:
         """Send what the socket takes now and queue the rest; True while some is queued.
         ProtocolError when a client does not read its answers."""
-        parts = _parts(frames)
+        parts, total = _parts(frames)
         if not self._out:  # the common case: the socket takes all of it at once
             try:
                 sent = self.sock.sendmsg(parts)
             except (BlockingIOError, InterruptedError):
                 sent = 0
-            total = sum(memoryview(p).nbytes for p in parts)
             if sent == total:
                 return False
             parts = [b"".join(bytes(memoryview(p)) for p in parts)[sent:]]

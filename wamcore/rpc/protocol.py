@@ -167,7 +167,7 @@ def check_request(msg: Any) -> Mapping:
     """A request of our protocol version whose routing fields have the types and sizes they
     must have; anything else is a ProtocolError that repeats none of the client's data."""
     check_envelope(msg, REQUEST)
-    rid, method, session, token, args = (msg.get(k) for k in ("id", "method", "session", "token", "args"))
+    rid, method, session, token, args = msg.get("id"), msg.get("method"), msg.get("session"), msg.get("token"), msg.get("args")
     if ((rid is None or (type(rid) is int and 0 <= rid <= MAX_ID)) and type(method) is str and len(method) <= MAX_NAME_CHARS
             and (session is None or (type(session) is str and len(session) <= MAX_NAME_CHARS))
             and (token is None or (type(token) is str and len(token) <= MAX_TOKEN_CHARS))

@@ -66,6 +66,8 @@ DEFAULT_MAX_MESSAGE_BYTES = 256 << 20
 #: how long one message may take to arrive on the local channel
 DEFAULT_MESSAGE_TIMEOUT_S = 10.0
 _ACCEPT_BACKOFF_S = 1.0  # out of descriptors: stop accepting local connections this long
+# plain ints: zmq's flags are enums, and each operation on one builds a new enum object
+_POLLIN, _POLLOUT, _POLLERR = int(zmq.POLLIN), int(zmq.POLLOUT), int(zmq.POLLERR)
 #: how long a predict request of a batching model waits for requests of other sessions
 DEFAULT_BATCH_WINDOW_S = 0.002
 _MAX_DRAIN = 64  # ZeroMQ messages taken per wake-up
@@ -375,7 +377,7 @@ class WorkerServer:
                 self._sock.send_multipart([identity, *out], copy=wire.frames_nbytes(out) < 64 * 1024)
 
             self._serve(frames[1:], reply=reply)
-            if not self._sock.get(zmq.EVENTS) & zmq.POLLIN:
+            if not self._sock.get(zmq.EVENTS) & _POLLIN:
                 return
 
     def _accept(self) -> None:
@@ -395,16 +397,16 @@ class WorkerServer:
                 pass
             refused.close()
         elif conn is not None:
-            self._poller.register(conn.fd, zmq.POLLIN)
+            self._poller.register(conn.fd, _POLLIN)
 
     def _handle_local(self, fd: int, events: int) -> None:
         conn = self._local.conns.get(fd)
         if conn is None:
             return
         try:
-            if events & zmq.POLLOUT and not conn.flush():
-                self._poller.register(fd, zmq.POLLIN)  # all sent: stop watching for room
-            if not events & (zmq.POLLIN | zmq.POLLERR):
+            if events & _POLLOUT and not conn.flush():
+                self._poller.register(fd, _POLLIN)  # all sent: stop watching for room
+            if not events & (_POLLIN | _POLLERR):
                 return
             message = conn.read()
         except (OSError, ProtocolError) as exc:  # the client went away or broke the framing
@@ -418,7 +420,7 @@ class WorkerServer:
                 return
             try:
                 if conn.send(out):
-                    self._poller.register(conn.fd, zmq.POLLIN | zmq.POLLOUT)
+                    self._poller.register(conn.fd, _POLLIN | _POLLOUT)
             except (OSError, ProtocolError) as exc:
                 self._drop_local(conn, exc)
 

@@ -206,7 +206,13 @@ class SharedSegments:
         if session is None:
             raise ProtocolError("shared-memory references are accepted in session calls only")
         budget = [self.max_bytes]
-        replaced = _replace(root, lambda ref: self._read(ref, session, budget))
+
+        def read(ref: Reference) -> np.ndarray:
+            return self._read(ref, session, budget)
+
+        replaced = _replace_in_request(root, read)
+        if replaced != len(refs):  # somewhere else as well: look everywhere
+            replaced += _replace(root, read)
         if replaced != len(refs):
             raise ProtocolError("shared-memory references are accepted in a request's args only")
 
@@ -246,6 +252,26 @@ class SharedSegments:
     def close(self) -> None:
         while self._segments:
             self._unmap(next(iter(self._segments)))
+
+
+def _replace_in_request(args: dict, resolve: Callable[[Reference], np.ndarray]) -> int:
+    """Replace References where a predict request's large arrays are (images, state,
+    candidate actions): the common case, without walking the whole request."""
+    count = 0
+    request = args.get("request")
+    if type(request) is not dict:
+        return 0
+    observation = request.get("observation")
+    for table in (observation.get("images"), observation.get("state")) if type(observation) is dict else ():
+        if type(table) is dict:
+            for key, value in table.items():
+                if type(value) is Reference:
+                    table[key] = resolve(value)
+                    count += 1
+    if type(request.get("candidate_actions")) is Reference:
+        request["candidate_actions"] = resolve(request["candidate_actions"])
+        count += 1
+    return count
 
 
 def _replace(root, resolve: Callable[[Reference], np.ndarray]) -> int:
