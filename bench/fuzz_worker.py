@@ -49,8 +49,10 @@ TESTS = REPO / "tests"
 sys.path.insert(0, str(TESTS))
 
 import wamtest_scripted as toy  # noqa: E402
+from helpers_workers import TAG_ENV, ServedWorker, pid_gone, tagged_pids  # noqa: E402
+from helpers_workers import worker_env as _worker_env  # noqa: E402
 from wamcore import wire  # noqa: E402
-from wamcore.contracts import PROTOCOL_VERSION, PredictRequest  # noqa: E402
+from wamcore.contracts import PredictRequest  # noqa: E402
 from wamcore.rpc import RemoteModel, local, protocol, shm  # noqa: E402
 from wamcore.specs import PlatformSpec  # noqa: E402
 
@@ -58,38 +60,19 @@ TOKEN = "fuzz-token"
 BIG = PlatformSpec(name="toy-big", observation=toy.BIG_OBSERVATION, control=toy.TOY_CONTROL, make_env=toy.ToyEnv)
 REPLY_TIMEOUT_S = 5.0
 MESSAGE_TIMEOUT_S = 1.0
-TAG_ENV = "WAMCORE_TEST_TAG"
 
 
-def worker_env(tag: Optional[str] = None) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
-    env["WAMCORE_PLUGIN_MODULES"] = "wamtest_scripted,wamtest_fuzz"
-    env["WAMCORE_LOAD_PLUGINS"] = ""
-    env["PYTHONUNBUFFERED"] = "1"
-    if tag:
-        env[TAG_ENV] = tag
-    return env
+def worker_env(**extra: str) -> dict:
+    return _worker_env(WAMCORE_PLUGIN_MODULES="wamtest_scripted,wamtest_fuzz", **extra)
 
 
-class Worker:
+class Worker(ServedWorker):
     """A ``wam serve`` of sentinel-wam with a token, bound to loopback (so the Unix channel
     and shared memory are on)."""
 
-    def __init__(self, tmp: Path, python: str = sys.executable):
-        self.ready = tmp / f"fuzz-{uuid.uuid4().hex[:8]}.json"
-        self.log_path = tmp / f"{self.ready.stem}.log"
-        self._log = open(self.log_path, "wb")
-        argv = [python, "-m", "wamcore", "serve", "--am-backend", "sentinel-wam", "--platform", "toy-big",
-                "--ready-file", str(self.ready), "--message-timeout", str(MESSAGE_TIMEOUT_S), "--max-message-mb", "16"]
-        self.proc = subprocess.Popen(argv, env=dict(worker_env(), WAMCORE_TOKEN=TOKEN), stdout=self._log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 120
-        while not self.ready.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"worker did not start:\n{self.log_path.read_text()}")
-            time.sleep(0.02)
-        self.endpoint = json.loads(self.ready.read_text())["endpoint"]
+    def __init__(self, tmp: Path):
+        super().__init__(["--am-backend", "sentinel-wam", "--platform", "toy-big", "--message-timeout",
+                          str(MESSAGE_TIMEOUT_S), "--max-message-mb", "16"], tmp, env=worker_env(WAMCORE_TOKEN=TOKEN))
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -101,16 +84,6 @@ class Worker:
             if key in ("VmRSS", "VmHWM"):
                 out[key] = int(value.split()[0])
         return out
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
 
 
 # ----------------------------------------------------------------------------- values
@@ -490,7 +463,7 @@ def run_fuzz(cases: int, seed: int = 0, tmp: Optional[Path] = None, canary_every
         for i in range(cases):
             fuzzer.case()
             if not worker.alive():
-                crashes.append({"case": i, "exit": worker.proc.returncode, "log": worker.log_path.read_text()[-2000:]})
+                crashes.append({"case": i, "exit": worker.proc.returncode, "log": worker.output()[-2000:]})
                 worker.stop()
                 worker = Worker(tmp)
                 fuzzer.close()
@@ -564,30 +537,6 @@ PARENT = textwrap.dedent("""
 """)
 
 
-def _pid_gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
-
-
-def tagged(tag: str) -> List[int]:
-    needle = f"{TAG_ENV}={tag}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            try:
-                if needle in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0") and not _pid_gone(int(entry)):
-                    found.append(int(entry))
-            except OSError:
-                pass
-    return found
-
-
 def holders(inode: int) -> List[int]:
     """Processes that still map or hold the memory file with this inode."""
     found = []
@@ -621,7 +570,7 @@ def run_parent_kills(kills: int, tmp: Optional[Path] = None, exit_limit_s: float
     for i in range(kills):
         mode = ("idle", "busy", "queued")[i % 3]
         modes[mode] = modes.get(mode, 0) + 1
-        parent = subprocess.Popen([sys.executable, str(script), str(tmp / f"logs{i}"), mode], env=worker_env(tag),
+        parent = subprocess.Popen([sys.executable, str(script), str(tmp / f"logs{i}"), mode], env=worker_env(**{TAG_ENV: tag}),
                                   stdout=subprocess.PIPE, text=True)
         line = parent.stdout.readline()
         if not line:
@@ -636,9 +585,9 @@ def run_parent_kills(kills: int, tmp: Optional[Path] = None, exit_limit_s: float
         parent.wait()
         parent.stdout.close()
         t0 = time.monotonic()
-        while not _pid_gone(pid) and time.monotonic() - t0 < exit_limit_s:
+        while not pid_gone(pid) and time.monotonic() - t0 < exit_limit_s:
             time.sleep(0.01)
-        if _pid_gone(pid):
+        if pid_gone(pid):
             exits.setdefault(mode, []).append(time.monotonic() - t0)
         else:
             orphans.append(pid)
@@ -647,7 +596,7 @@ def run_parent_kills(kills: int, tmp: Optional[Path] = None, exit_limit_s: float
         if progress and (i + 1) % 10 == 0:
             print(f"{i + 1} parent kills, {len(orphans)} orphans", flush=True)
     time.sleep(0.5)
-    left = tagged(tag)
+    left = tagged_pids(tag)
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     return {
