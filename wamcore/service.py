@@ -23,7 +23,7 @@ from .contracts import AdapterContract, ControlSpec, ModelInfo, ObservationSpec,
 from .errors import ActionError, CapabilityError, ConfigurationError, IncompatiblePairError, PredictionError
 from .pairing import check_model_info
 from .specs import ModelConfig, ModelSpec, PlatformSpec, resolve_callable
-from .validation import validate_actions, validate_prediction, validate_request
+from .validation import request_options, validate_actions, validate_prediction, validate_request
 
 DEFAULT_SESSION = "default"
 
@@ -64,6 +64,7 @@ class ModelService:
         self.native = native if native is not None else resolve_callable(self.spec.load)(config)
         self._sessions = bool(getattr(self.native, "uses_sessions", False))
         self._max_batch = _declared_batch(self.native)
+        self._request_options = request_options(self.spec.options)
         self.info = ModelInfo(
             backend=self.spec.name,
             checkpoint=getattr(self.native, "checkpoint", None) or config.checkpoint,
@@ -139,7 +140,7 @@ class ModelService:
     def _encode(self, request: PredictRequest) -> Tuple[Any, dict]:
         """Validate the request (observation, seed, options), then the adapter's encode."""
         t0 = time.perf_counter()
-        validate_request(request, self.contract, self.spec.options)
+        validate_request(request, self.contract, self._request_options)
         if request.candidate_actions is not None:
             self._check_candidates(request.candidate_actions)
         t1 = time.perf_counter()

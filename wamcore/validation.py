@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -148,11 +148,15 @@ def _option_problem(opt: Option, value: Any) -> Optional[str]:
     return f"option {opt.dest!r} must be {want}, got {_brief(value)}"
 
 
-def _request_problems(request: PredictRequest, options: Sequence[Option]) -> List[str]:
+def request_options(options: Sequence[Option]) -> Dict[str, Option]:
+    """The per-request options among ``options``, by the name they travel under."""
+    return {o.dest: o for o in options if not o.deployment}
+
+
+def _request_problems(request: PredictRequest, declared: Mapping[str, Option]) -> List[str]:
     problems: List[str] = []
     if request.seed is not None and not _is_index(request.seed):
         problems.append(f"seed must be a non-negative integer below 2**63, got {_brief(request.seed)}")
-    declared = {o.dest: o for o in options if not o.deployment}
     for key, value in request.options.items():
         opt = declared.get(key) if isinstance(key, str) else None
         if opt is None:
@@ -166,10 +170,10 @@ def _request_problems(request: PredictRequest, options: Sequence[Option]) -> Lis
     return problems
 
 
-def validate_request(request: PredictRequest, contract: AdapterContract, options: Sequence[Option] = ()) -> None:
+def validate_request(request: PredictRequest, contract: AdapterContract, options: Mapping[str, Option]) -> None:
     """Raise :class:`ObservationError` unless all of ``request`` that reaches a model is as
-    declared: the observation (as :func:`validate_observation`), the seed, and options that
-    ``options`` declares per request (``deployment=False``), of their types."""
+    declared: the observation (as :func:`validate_observation`), the seed, and only the
+    per-request ``options`` (:func:`request_options` of the model's), of their types."""
     if not isinstance(request, PredictRequest):
         raise ObservationError([f"expected a PredictRequest, got {type(request).__name__}"])
     problems = _observation_problems(request.observation, contract, request.instruction)
@@ -287,6 +291,7 @@ def validate_prediction(pred: Prediction, capabilities: Capabilities, contract: 
 __all__ = [
     "validate_observation",
     "validate_request",
+    "request_options",
     "check_observation_spec",
     "validate_actions",
     "validate_prediction",
