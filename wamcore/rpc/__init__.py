@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Optional
 from ..errors import ConfigurationError
 from ..specs import normalize_id
 from .client import DEFAULT_CONNECT_TIMEOUT_S, RemoteModel
-from .protocol import AccessDenied, SessionNotFound
+from .protocol import AccessDenied, SessionNotFound, WorkerBusy
 from .server import WorkerServer, serve
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -80,5 +80,6 @@ __all__ = [
     "open_remote",
     "SessionNotFound",
     "AccessDenied",
+    "WorkerBusy",
     "DEFAULT_CONNECT_TIMEOUT_S",
 ]
