@@ -77,3 +77,14 @@ def test_configuration_errors_exit_2_with_the_subcommands_usage(registry):
         result = run(registry, *args)
         assert result.exit_code == 2, (args, result.stderr)
         assert f"Usage: cli {args[0]}" in result.stderr
+
+
+def test_am_timeout_bounds_the_wait_for_a_borrowed_workers_hello(registry):
+    result = run(registry, "run", "--platform", "line", "--am-endpoint", "tcp://127.0.0.1:1", "--am-timeout", "1.5")
+    assert result.exit_code == 1 and "no answer to hello from the worker at tcp://127.0.0.1:1 within 1.5 s" in result.stderr
+
+
+def test_an_http_endpoint_is_told_what_workers_speak(registry):
+    result = run(registry, "run", "--platform", "line", "--am-endpoint", "http://127.0.0.1:8000")
+    assert result.exit_code == 2
+    assert "speak ZeroMQ" in result.stderr and "server of another protocol" in result.stderr

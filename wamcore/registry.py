@@ -102,6 +102,7 @@ class PluginRecord:
             "models": self.models,
             "hooks": self.hooks,
             "error": self.error,
+            "traceback": self.traceback,
             "problems": self.problems,
         }
 

@@ -258,8 +258,13 @@ def normalize_endpoint(endpoint: str) -> str:
         return endpoint
     if "://" in endpoint:
         scheme = endpoint.split("://", 1)[0]
+        extra = ""
+        if scheme.lower() in ("http", "https", "ws", "wss"):
+            extra = (" That address is a server of another protocol: a backend that talks to one (an SGLang "
+                     "or policy server) takes it in its own option (`wam run --am-backend NAME --help` lists them).")
         raise _errors.ConfigurationError(
-            f"--am-endpoint {endpoint!r}: wamcore workers speak ZeroMQ; use tcp://HOST:PORT (not {scheme}://)"
+            f"--am-endpoint {endpoint!r}: wamcore workers (`wam serve`) speak ZeroMQ: use the tcp://HOST:PORT of "
+            f"the worker's ready line (not {scheme}://).{extra}"
         )
     host, sep, port = endpoint.rpartition(":")
     if not sep or not port.isdigit():
