@@ -23,7 +23,7 @@ CAMERA_SIZE = (256, 256)
 
 #: Appended to the task when both views are sent (RLinf ``_augment_prompt``): the first
 #: sentence is SGLang's concat_view framing, the second cosmos-framework's LIBERO
-#: ``additional_view_description`` (../shared/reference/sglang_cosmos3.md §7.4).
+#: ``additional_view_description`` (NVIDIA/cosmos-framework, its LIBERO dataset ``libero_lerobot_dataset.py``).
 TWO_VIEW_SENTENCES = (
     " This video contains concatenated views from multiple camera perspectives."
     " The left half shows the third-person view; the right half shows the wrist-mounted camera."
