@@ -8,11 +8,12 @@
 * neither: run the model in-process when its plugin is importable here.
 
 GPU selection for a spawned worker follows ``--am-cuda-device`` > ``--cuda-device`` >
-the inherited ``CUDA_VISIBLE_DEVICES`` (RPent's rule, ``../shared/reference/
-rpent_rlinf_wam.md`` §8); :func:`cuda_visible_devices` applies the same rule for other
-services a platform starts (``--env-cuda-device``). The spawn itself follows RPent's
-daemon (§2): the child's stdin is a pipe it watches for EOF, its output goes to a log
-file, and readiness fails fast with the log tail when the child exits.
+the inherited ``CUDA_VISIBLE_DEVICES`` (RPent's rule: RLinf/RPent
+``rpent/robots/components/wam_runtime.py`` ``WAMConfig.start_service``);
+:func:`cuda_visible_devices` applies the same rule for other services a platform starts
+(``--env-cuda-device``). The spawn itself follows RPent's daemon (``rpent/utils/daemon.py``):
+the child's stdin is a pipe it watches for EOF, its output goes to a log file, and readiness
+fails fast with the log tail when the child exits.
 """
 
 from __future__ import annotations
