@@ -1,7 +1,8 @@
 """The ``POST /v1/actions/generations`` envelope: the request we build, the answer we read.
 
-Request (SGLang 0.5.18+; sgl-project/sglang ``python/sglang/multimodal_gen/runtime/
-entrypoints/action/protocol.py`` ``_action_request_to_observation`` and ``action/cosmos3.py``
+Request (SGLang 0.5.18+; sgl-project/sglang
+``python/sglang/multimodal_gen/runtime/entrypoints/action/protocol.py``
+``_action_request_to_observation`` and, from 0.5.19, ``action/cosmos3.py``
 ``build_cosmos3_action_sampling_params``): ``input`` holds
 the text and one image, ``parameters`` the generation options, ``runtime`` asks for the
 envelope. We send one observation per request with a plain string prompt and a plain

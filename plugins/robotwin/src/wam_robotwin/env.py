@@ -17,8 +17,8 @@ Everything follows RoboTwin's ``script/eval_policy.py`` (RoboTwin-Platform/RoboT
   ``while take_action_cnt < step_lim``.
 
 Observations are rendered only when asked for (``observe``), once per chunk under ``wam_act``,
-as FastWAM's ``skip_get_obs_within_replan`` does (its ``third_party/RoboTwin/script/
-eval_policy.py``): the upstream harness renders before
+as FastWAM's ``skip_get_obs_within_replan`` does (in its vendored
+``third_party/RoboTwin/script/eval_policy.py``): the upstream harness renders before
 every action, which costs a full ray-traced render per action.
 """
 
