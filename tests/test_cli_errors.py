@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import attrs
 import pytest
 from click.testing import CliRunner
@@ -88,3 +90,18 @@ def test_an_http_endpoint_is_told_what_workers_speak(registry):
     result = run(registry, "run", "--platform", "line", "--am-endpoint", "http://127.0.0.1:8000")
     assert result.exit_code == 2
     assert "speak ZeroMQ" in result.stderr and "server of another protocol" in result.stderr
+
+
+def test_backend_options_set_from_python_are_checked_like_flags(registry):
+    from wamcore.errors import ConfigurationError
+    from wamcore.runtime import WorkerConfig, open_model
+
+    platform = registry.platform("line")
+    for options, message in (({"mdoe": "fast"}, "has no deployment option 'mdoe' (it has: mode, steps)"),
+                             ({"steps": "8"}, "is a int, got '8'"),
+                             ({"steps": 5}, "5 is not one of 4, 8")):
+        config = WorkerConfig.from_options(platform="line", am_backend="line-choosy", backend_options=options)
+        with pytest.raises(ConfigurationError, match=re.escape(message)):
+            open_model(config, platform, registry=registry)
+    config = WorkerConfig.from_options(platform="line", am_backend="line-choosy", backend_options={"steps": 8})
+    open_model(config, platform, registry=registry).close()
