@@ -45,10 +45,13 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def wamcore_processes(tag: str) -> list:
-    """Env actors, model actors and model workers still running (not Ray's own daemons)."""
-    return [p for p in tagged_pids(tag)
-            if any(k in _cmdline(p) for k in ("ray::EnvActor", "ray::ModelActor", "wamcore serve", "ray::IDLE"))]
+OURS = ("ray::EnvActor", "ray::ModelActor", "wamcore serve")
+
+
+def wamcore_processes(tag: str, also=()) -> list:
+    """Env actors, model actors and model workers still running (not Ray's own daemons:
+    pass ``also=("ray::IDLE",)`` to count Ray's pooled idle workers too)."""
+    return [p for p in tagged_pids(tag) if any(k in _cmdline(p) for k in (*OURS, *also))]
 
 
 def test_ray_records_equal_the_sequential_run(tmp_path, tag):
@@ -63,7 +66,7 @@ def test_ray_records_equal_the_sequential_run(tmp_path, tag):
     assert summary["executor"] == "ray" and summary["num_envs"] == 2
     worker = summary["model_info"]["details"]["worker"]
     assert worker["python"] == worker_python()  # the model ran in its own environment, started by the model actor
-    assert not wamcore_processes(tag)
+    assert not wamcore_processes(tag, also=("ray::IDLE",))  # a clean run shuts Ray's own pool down too
 
 
 def test_ray_env_actor_killed_mid_episode_is_retried_and_completes(tmp_path, tag):
@@ -99,6 +102,9 @@ def test_ray_model_actor_restarts_when_its_worker_dies(tmp_path, tag):
 
 
 def test_ray_driver_killed_leaves_no_wamcore_process(tmp_path, tag):
+    """Our actors and their model worker go within seconds of a SIGKILLed driver. Ray's own
+    idle pool workers follow their raylet, which can take a minute under load; the ``tag``
+    fixture clears those."""
     markers = tmp_path / "markers"
     markers.mkdir()
     proc = start_wam("eval", *EVALTOY, *RAY, "--episodes", 8, "--num-envs", 2, "--hang-seed", 3,
@@ -109,7 +115,7 @@ def test_ray_driver_killed_leaves_no_wamcore_process(tmp_path, tag):
     proc.kill()
     proc.wait()
     for pid in running:
-        wait_for(lambda: pid_gone(pid), 10, f"{_cmdline(pid)[:60]!r} ({pid}) to exit within 10 s")
+        wait_for(lambda: pid_gone(pid), 30, f"{_cmdline(pid)[:60]!r} ({pid}) to exit within 30 s")
 
 
 def test_ray_missing_names_the_install_command(tmp_path):
