@@ -26,6 +26,7 @@ from .contracts import (
     PredictRequest,
     Prediction,
 )
+from .errors import ConfigurationError
 
 OPTION_TYPES = ("str", "int", "float", "bool", "path", "choice")
 
@@ -38,7 +39,8 @@ RESERVED_OPTION_NAMES = frozenset(
     vla-backend wam-backend vla-endpoint wam-endpoint vla-model-path wam-checkpoint pi05-python
     wam-python wam-root vla-cuda-device wam-cuda-device
     host port token parent-watch ready-file session-ttl batch-window-ms max-batch
-    num-envs am-restarts skip-memory-check am-batch-window-ms executor ray-address num-model-workers report""".split()
+    num-envs am-restarts skip-memory-check am-batch-window-ms executor ray-address num-model-workers report
+    cache set""".split()
 )
 
 
@@ -169,6 +171,23 @@ def default_episodes(options: Mapping[str, Any], count: int, seed: int) -> list:
     ]
 
 
+def _intervention_actions(value) -> np.ndarray:
+    actions = np.array(value, dtype=np.float32)
+    actions.setflags(write=False)
+    return actions
+
+
+@attrs.frozen(eq=False)
+class Intervention:
+    """A named action chunk a probe executes from a snapshot (``no-op``, ``+x``...): the
+    same for every model, so branches compare across models. ``actions`` is ``[T, D]``
+    in the platform's native control units."""
+
+    name: str
+    actions: np.ndarray = attrs.field(converter=_intervention_actions)
+    description: str = ""
+
+
 @attrs.frozen
 class PlatformSpec:
     """A platform as registered. ``make_env`` is a callable or ``"module:attr"`` (imported
@@ -192,6 +211,29 @@ class PlatformSpec:
     #: resident memory of one env process in MB (``wam eval --num-envs`` refuses an N that
     #: does not fit the machine); None: unknown, not checked
     env_memory_mb: Optional[float] = None
+    #: named counterfactual branches for ``wam probe`` (each ``[T, D]`` within the control
+    #: bounds); empty: the probe runs the model's own chunk only
+    interventions: tuple = attrs.field(default=(), converter=tuple)
+
+    def __attrs_post_init__(self):
+        names = [i.name for i in self.interventions]
+        if len(set(names)) != len(names):
+            raise ValueError(f"platform {self.name!r} names an intervention twice: {names}")
+        low = -np.inf if self.control.low is None else np.asarray(self.control.low)
+        high = np.inf if self.control.high is None else np.asarray(self.control.high)
+        for i in self.interventions:
+            a = i.actions
+            if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] != self.control.action_dim:
+                raise ValueError(f"intervention {i.name!r} of {self.name!r} must be [T, {self.control.action_dim}], got {a.shape}")
+            if not np.isfinite(a).all() or (a < low).any() or (a > high).any():
+                raise ValueError(f"intervention {i.name!r} of {self.name!r} leaves the control bounds")
+
+    def intervention(self, name: str) -> Intervention:
+        for i in self.interventions:
+            if i.name == name:
+                return i
+        known = ", ".join(i.name for i in self.interventions) or "none"
+        raise ConfigurationError(f"platform {self.name!r} has no intervention {name!r} (it has: {known})")
 
     def observation_spec(self, options: Optional[Mapping[str, Any]] = None) -> ObservationSpec:
         if self.observation_for is None:
@@ -318,6 +360,7 @@ __all__ = [
     "Env",
     "Episode",
     "PlatformSpec",
+    "Intervention",
     "ModelConfig",
     "NativeModel",
     "Adapter",
