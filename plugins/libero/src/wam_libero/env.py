@@ -160,6 +160,7 @@ class LiberoEnv:
         self._gl.make_current()
         with stdout_to_stderr():
             env.seed(seed)  # LIBERO seeds numpy's global RNG (its placement samplers use it)
+            random.seed(seed)  # and Python's, which a snapshot holds too: one episode, one snapshot
             env.reset()
             _fresh_grippers(env.env)
             raw = env.set_init_state(self.task.init_states[index])
