@@ -67,13 +67,14 @@ def model_identity(info: ModelInfo, contract: Optional[AdapterContract] = None) 
     (kernels differ in the last bits), pins (weights, normalisation statistics, upstream
     code), deployment options, capabilities, and the adapter contract it serves."""
     details = dict(info.details or {})
+    neutral = set(details.get("neutral_options") or ())  # declared not to change outputs
     return _json({
         "backend": info.backend,
         "checkpoint": info.checkpoint,
         "device": info.device,
         "capabilities": info.capabilities.names(),
         "predict_future": bool(details.get("predict_future", False)),
-        "options": details.get("options") or {},
+        "options": {k: v for k, v in (details.get("options") or {}).items() if k not in neutral},
         "pins": _pins(details),
         "contract": None if contract is None else contract.to_wire(),
     })

@@ -117,6 +117,8 @@ def max_difference(a: Any, b: Any) -> float:
 
 def _skeleton(tree: Any) -> Any:
     """The non-numeric part of a tree (strings, None, keys), to compare structure."""
+    if isinstance(tree, dict) and set(tree) == {_BIG_INT}:
+        return "#"
     if isinstance(tree, dict):
         return {k: _skeleton(v) for k, v in tree.items()}
     if isinstance(tree, list):

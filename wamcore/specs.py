@@ -72,7 +72,9 @@ class Option:
     model backend with ``deployment=True`` (the default), in ``ModelConfig.options`` of the
     worker, and refused together with ``--am-endpoint`` (a borrowed worker is already
     configured); with ``deployment=False``, in every ``PredictRequest.options`` (so it works
-    with a borrowed worker too).
+    with a borrowed worker too). ``identity=False`` declares that the option does not change
+    outputs (a log folder, fault injection): it is left out of the model's identity, so
+    ``wam eval --resume`` and cached artifacts (``wamcore.artifacts``) accept a change of it.
     """
 
     name: str
@@ -82,6 +84,7 @@ class Option:
     choices: tuple = attrs.field(default=(), converter=tuple)
     deployment: bool = True
     multiple: bool = False
+    identity: bool = True
 
     def __attrs_post_init__(self):
         if self.type not in OPTION_TYPES:

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import click
 
 from .. import __version__
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, WamError
 from ..specs import PlatformSpec
 from .common import PairedCommand, _episode_options, _resolve, cache_option, cli, deployment_options
 
@@ -102,7 +102,7 @@ def eval_(ctx, **kwargs):
         "request_options": request,
         "instruction": instruction,
         "max_chunks": max_chunks,
-        "model": _requested_model(config),
+        "model": _requested_model(config, reg),
         "episodes": [e.key for e in episodes],
     }
     results = ResultsDir(out)
@@ -202,13 +202,19 @@ def default_out(platform: str, backend: str, *, resume: bool, root: Path = Path(
     return out
 
 
-def _requested_model(config) -> dict:
-    """The model as this command asks for it (checked before anything starts on --resume)."""
+def _requested_model(config, reg) -> dict:
+    """The model as this command asks for it (checked before anything starts on --resume);
+    options declared not to change outputs are left out."""
     checkpoint = config.checkpoint
     if checkpoint and Path(checkpoint).exists():
         checkpoint = str(Path(checkpoint).resolve())
+    neutral = set()
+    if config.backend is not None and config.mode != "endpoint":
+        with contextlib.suppress(WamError):  # a backend installed only in the worker's environment
+            neutral = {o.dest for o in reg.model(config.backend).options if not o.identity}
+    options = {k: v for k, v in {**config.options, **config.passthrough}.items() if k not in neutral}
     return {"backend": config.backend, "checkpoint": checkpoint, "predict_future": config.predict_future,
-            "options": {**config.options, **config.passthrough}}
+            "options": options}
 
 
 def _check_identity(out: Path, info, platform: str, *, resumed: bool) -> Any:
