@@ -66,13 +66,22 @@ def probe(ctx, **kwargs):
     for dest in first:  # the model is paired with the set's own cameras, not the platform's defaults
         if dest not in explicit and dest in kwargs:
             kwargs[dest] = first[dest]
-    reg, platform, platform_opts, config, request, _ = _resolve(ctx, kwargs)
-    overrides = {k: v for k, v in platform_opts.items() if k in explicit}
-    model = with_cache(_open(reg, platform, platform_opts, config), None if no_cache else cache)
+    overrides = {}
+
+    def preflight(p, options):  # the first env before any model loads: a missing simulator shows first
+        overrides.update({k: v for k, v in options.items() if k in explicit})
+        return p.create(**{**first, **overrides})
+
+    reg, platform, platform_opts, config, request, first_env = _resolve(ctx, kwargs, preflight=preflight)
+    try:
+        model = with_cache(_open(reg, platform, platform_opts, config), None if no_cache else cache)
+    except BaseException:
+        first_env.close()
+        raise
     out = Path(out_opt) if out_opt else _default_out(chosen.name, model.info.backend)
     try:
         report = run_probe(chosen, platform, model, out=out, seed=seed, instruction=instruction,
-                           request_options=request, platform_options=overrides,
+                           request_options=request, platform_options=overrides, first_env=first_env,
                            on_context=None if as_json else _progress(len(chosen.contexts)))
     finally:
         model.close()

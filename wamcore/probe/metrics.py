@@ -23,8 +23,6 @@ from .branches import Rollout
 #: at least 8 of the 10 pairs in reality's order
 AGREEMENT_TAU = 0.5
 METRICS = ("branch_separation", "future_frames", "candidate_futures", "branch_ranking", "values")
-NEEDS = {"future_frames": "future_observations", "candidate_futures": "action_conditioned_futures",
-         "branch_ranking": "action_conditioned_futures", "values": "values"}
 
 
 def skipped(reason: str, needs: Optional[str] = None) -> dict:
@@ -279,5 +277,5 @@ def _values(entries: List[dict]) -> dict:
 _SUMMARIES = {"branch_separation": _separation, "future_frames": _futures, "candidate_futures": _candidates,
               "branch_ranking": _ranking, "values": _values}
 
-__all__ = ["METRICS", "NEEDS", "AGREEMENT_TAU", "branch_separation", "future_frames", "candidate_futures",
+__all__ = ["METRICS", "AGREEMENT_TAU", "branch_separation", "future_frames", "candidate_futures",
            "branch_ranking", "values", "summarise", "kendall_tau", "mse", "psnr", "skipped"]

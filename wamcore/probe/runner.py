@@ -118,23 +118,25 @@ def _file_name(name: str) -> str:
 
 
 def run_probe(probe_set: ProbeSet, platform: PlatformSpec, model: ModelClient, *, out, seed: Optional[int] = 0,
-              instruction: Optional[str] = None, request_options: Optional[Mapping[str, Any]] = None, platform_options: Optional[Mapping[str, Any]] = None,
-              on_context: Optional[Callable[[dict], None]] = None) -> dict:
+              instruction: Optional[str] = None, request_options: Optional[Mapping[str, Any]] = None,
+              platform_options: Optional[Mapping[str, Any]] = None, on_context: Optional[Callable[[dict], None]] = None, first_env=None) -> dict:
     """Probe ``model`` (bound to ``platform``) on every context of ``probe_set``; writes the
     snapshots and pictures under ``out`` and returns the report (``out/report.json`` is the
-    caller's to write)."""
+    caller's to write). ``first_env``: an env already built for the first context."""
     from ..artifacts import model_identity
 
-    if platform.name != probe_set.platform:
-        raise ConfigurationError(f"probe set {probe_set.name!r} is for platform {probe_set.platform!r}, "
-                                 f"not {platform.name!r}")
     out = Path(out)
     t0 = time.perf_counter()
     overrides = {k: v for k, v in (platform_options or {}).items() if v is not None}
     envs = ReusedEnv(lambda options: platform.create(**options))
+    if first_env is not None:
+        envs.adopt(first_env, {**probe_set.contexts[0].env_options, **overrides})
     request_args = {"seed": seed, "instruction": instruction, "options": dict(request_options or {})}
     contexts = []
     try:
+        if platform.name != probe_set.platform:
+            raise ConfigurationError(f"probe set {probe_set.name!r} is for platform {probe_set.platform!r}, "
+                                     f"not {platform.name!r}")
         for context in probe_set.contexts:
             env = envs.get({**context.env_options, **overrides})
             report = probe_context(env, platform, model, context, horizons=probe_set.horizons, out=out,
