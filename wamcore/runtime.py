@@ -188,15 +188,12 @@ def _typed(opt: Option, text: str) -> Any:
             if low not in _TRUE | _FALSE:
                 raise ValueError(f"expected true or false, got {text!r}")
             return low in _TRUE
-        if opt.type == "int":
-            return int(text)
-        if opt.type == "float":
-            return float(text)
-        if opt.type == "choice" and text not in [str(c) for c in opt.choices]:
+        value = {"int": int, "float": float}.get(opt.type, str)(text)
+        if opt.choices and value not in [type(value)(c) for c in opt.choices]:
             raise ValueError(f"expected one of {', '.join(map(str, opt.choices))}, got {text!r}")
+        return value
     except ValueError as exc:
         raise ConfigurationError(f"--am-option {opt.dest}: {exc}") from exc
-    return text
 
 
 def typed_options(spec: ModelSpec, strings: Mapping[str, Any]) -> Dict[str, Any]:

@@ -1,10 +1,9 @@
-"""``wam probe --set libero-cf-mini`` on the real simulator with the scripted model, and the
+"""``wam probe --set libero-cf-mini`` on the real simulator with the smoke model, and the
 snapshot state that makes LIBERO branches exact (controller, buffers, RNGs, saved files)."""
 
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
 import sys
@@ -32,13 +31,12 @@ def env():
     env.close()
 
 
-def test_libero_cf_mini_runs_with_the_scripted_model(tmp_path):
-    environ = dict(os.environ, WAMCORE_PLUGIN_MODULES="wam_libero.scripted")
+def test_libero_cf_mini_runs_with_the_smoke_model(tmp_path):
     out = tmp_path / "probe"
     result = subprocess.run(
-        [sys.executable, "-m", "wamcore", "probe", "--set", "libero-cf-mini", "--am-backend", "libero-scripted",
+        [sys.executable, "-m", "wamcore", "probe", "--set", "libero-cf-mini", "--am-backend", "libero-smoke",
          "--out", str(out), "--cache", str(tmp_path / "cache")],
-        env=environ, capture_output=True, text=True, timeout=900,
+        capture_output=True, text=True, timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
@@ -55,7 +53,7 @@ def test_libero_cf_mini_runs_with_the_scripted_model(tmp_path):
     for name, capability in (("future_frames", "future_observations"), ("candidate_futures", "action_conditioned_futures"),
                              ("branch_ranking", "action_conditioned_futures"), ("values", "values")):
         assert report["metrics"][name] == {"status": "skipped", "needs": capability,
-                                           "reason": f"model 'libero-scripted' does not declare {capability}"}
+                                           "reason": f"model 'libero-smoke' does not declare {capability}"}
     for context in report["contexts"]:
         assert list(context["branches"]) == ["no-op", "+x", "-x", "gripper-close", "model"]
         outcomes = context["metrics"]["branch_separation"]["outcomes"]

@@ -133,10 +133,13 @@ class TaskInfo:
 def benchmark_suite(sim: Any, suite: Suite) -> Any:
     table = sim.benchmark.get_benchmark_dict()
     if suite.name not in table:
-        kind = "LIBERO-Pro" if suite.pro else "LIBERO"
+        import difflib
+
+        close = difflib.get_close_matches(suite.name, list(table), n=3)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
         raise ConfigurationError(
-            f"{kind} suite {suite.name!r} is not in the installed LIBERO benchmark; "
-            f"install the simulator with the Pro suites: {SIM_INSTALL}"
+            f"LIBERO suite {suite.name!r} is not in the installed LIBERO benchmark.{hint} `wam libero-suites` lists "
+            f"the {len(table)} it has; the LIBERO-Pro suites come with {SIM_INSTALL}"
         )
     with stdout_to_stderr():
         return table[suite.name]()
