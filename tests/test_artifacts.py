@@ -158,6 +158,8 @@ def test_wam_run_with_a_cache_replays_the_episode_from_artifacts(tmp_path):
     assert details["verified"] and details["prediction"]["actions"] == [8, 2]
     assert details["prediction"]["future_observations"] == {"primary": [64, 64, 3]}
     assert details["meta"]["request"]["seed"] == 4 and details["meta"]["wamcore"]
+    unknown = wam("artifacts", "show", tmp_path / "c", "zz")
+    assert unknown.returncode == 2 and "no artifact in" in unknown.stderr and "wam artifacts ls" in unknown.stderr
 
 
 def test_wam_eval_with_a_cache_in_env_processes(tmp_path):

@@ -34,7 +34,19 @@ from .hookspecs import hookimpl
 from .pairing import pair
 from .registry import Registry, default_registry
 from .service import LocalModel, ModelClient, ModelService
-from .specs import Adapter, Env, Episode, ModelConfig, ModelSpec, NativeModel, Option, PlatformSpec, Requirement, StepResult
+from .specs import (
+    Adapter,
+    Env,
+    Episode,
+    Intervention,
+    ModelConfig,
+    ModelSpec,
+    NativeModel,
+    Option,
+    PlatformSpec,
+    Requirement,
+    StepResult,
+)
 from .validation import validate_actions, validate_observation
 
 __version__ = "0.1.0"
@@ -76,6 +88,7 @@ __all__ = [
     "Adapter",
     "Env",
     "Episode",
+    "Intervention",
     "ModelConfig",
     "ModelSpec",
     "NativeModel",

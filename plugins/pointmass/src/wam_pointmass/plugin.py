@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from wamcore import Adapter, Capabilities, ModelSpec, Option, PlatformSpec, Requirement, hookimpl
-from wamcore.specs import Intervention
+from wamcore import Adapter, Capabilities, Intervention, ModelSpec, Option, PlatformSpec, Requirement, hookimpl
 
 from . import adapter, random_model
 from .spec import DEFAULT_MAX_STEPS, PLATFORM, POINTMASS_CONTROL, POINTMASS_OBSERVATION
