@@ -136,8 +136,9 @@ def wam_register_models(register):
         )],
         capabilities=Capabilities(actions=True),
         options=(
-            Option("model-hang-seed", type="int", default=None, help="Hang while predicting for this seed."),
-            Option("model-marker-dir", type="path", default=None, help="Where a hanging prediction leaves a marker."),
+            Option("model-hang-seed", type="int", default=None, help="Hang while predicting for this seed.", identity=False),
+            Option("model-marker-dir", type="path", default=None, help="Where a hanging prediction leaves a marker.",
+                   identity=False),
         ),
         timeout_s=120.0,
     ))

@@ -35,7 +35,19 @@ from .hookspecs import hookimpl
 from .pairing import pair
 from .registry import Registry, default_registry
 from .service import LocalModel, ModelClient, ModelService
-from .specs import Adapter, Env, Episode, ModelConfig, ModelSpec, NativeModel, Option, PlatformSpec, Requirement, StepResult
+from .specs import (
+    Adapter,
+    Env,
+    Episode,
+    Intervention,
+    ModelConfig,
+    ModelSpec,
+    NativeModel,
+    Option,
+    PlatformSpec,
+    Requirement,
+    StepResult,
+)
 from .validation import validate_actions, validate_observation
 
 __version__ = "0.1.0"
@@ -78,6 +90,7 @@ __all__ = [
     "Adapter",
     "Env",
     "Episode",
+    "Intervention",
     "ModelConfig",
     "ModelSpec",
     "NativeModel",

@@ -154,5 +154,9 @@ class CheckpointError(WamError):
     """Checkpoint files missing, unreadable, or not matching their pinned hash."""
 
 
+class ArtifactError(WamError):
+    """A cached artifact that cannot be trusted (modified, cut, or filed under another key)."""
+
+
 class EnvironmentFailure(WamError):
     """The platform (simulator or robot) failed while executing an action."""

@@ -75,6 +75,7 @@ class ModelService:
             details={
                 "predict_future": config.predict_future,
                 "options": {k: v for k, v in config.options.items() if isinstance(v, (str, int, float, bool))},
+                "neutral_options": sorted(o.dest for o in self.spec.options if not o.identity),
                 **dict(getattr(self.native, "details", None) or {}),
             },
         )

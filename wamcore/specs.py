@@ -26,6 +26,7 @@ from .contracts import (
     PredictRequest,
     Prediction,
 )
+from .errors import ConfigurationError
 
 OPTION_TYPES = ("str", "int", "float", "bool", "path", "choice")
 
@@ -39,7 +40,8 @@ RESERVED_OPTION_NAMES = frozenset(
     wam-python wam-root vla-cuda-device wam-cuda-device
     host port token parent-watch ready-file session-ttl batch-window-ms max-batch
     max-sessions max-local-connections max-message-mb message-timeout
-    num-envs am-restarts skip-memory-check am-batch-window-ms executor ray-address num-model-workers report""".split()
+    num-envs am-restarts skip-memory-check am-batch-window-ms executor ray-address num-model-workers report
+    cache set""".split()
 )
 
 
@@ -71,7 +73,9 @@ class Option:
     model backend with ``deployment=True`` (the default), in ``ModelConfig.options`` of the
     worker, and refused together with ``--am-endpoint`` (a borrowed worker is already
     configured); with ``deployment=False``, in every ``PredictRequest.options`` (so it works
-    with a borrowed worker too).
+    with a borrowed worker too). ``identity=False`` declares that the option does not change
+    outputs (a log folder, fault injection): it is left out of the model's identity, so
+    ``wam eval --resume`` and cached artifacts (``wamcore.artifacts``) accept a change of it.
     """
 
     name: str
@@ -81,6 +85,7 @@ class Option:
     choices: tuple = attrs.field(default=(), converter=tuple)
     deployment: bool = True
     multiple: bool = False
+    identity: bool = True
 
     def __attrs_post_init__(self):
         if self.type not in OPTION_TYPES:
@@ -170,6 +175,23 @@ def default_episodes(options: Mapping[str, Any], count: int, seed: int) -> list:
     ]
 
 
+def _intervention_actions(value) -> np.ndarray:
+    actions = np.array(value, dtype=np.float32)
+    actions.setflags(write=False)
+    return actions
+
+
+@attrs.frozen(eq=False)
+class Intervention:
+    """A named action chunk a probe executes from a snapshot (``no-op``, ``+x``...): the
+    same for every model, so branches compare across models. ``actions`` is ``[T, D]``
+    in the platform's native control units."""
+
+    name: str
+    actions: np.ndarray = attrs.field(converter=_intervention_actions)
+    description: str = ""
+
+
 @attrs.frozen
 class PlatformSpec:
     """A platform as registered. ``make_env`` is a callable or ``"module:attr"`` (imported
@@ -193,6 +215,29 @@ class PlatformSpec:
     #: resident memory of one env process in MB (``wam eval --num-envs`` refuses an N that
     #: does not fit the machine); None: unknown, not checked
     env_memory_mb: Optional[float] = None
+    #: named counterfactual branches for ``wam probe`` (each ``[T, D]`` within the control
+    #: bounds); empty: the probe runs the model's own chunk only
+    interventions: tuple = attrs.field(default=(), converter=tuple)
+
+    def __attrs_post_init__(self):
+        names = [i.name for i in self.interventions]
+        if len(set(names)) != len(names):
+            raise ValueError(f"platform {self.name!r} names an intervention twice: {names}")
+        low = -np.inf if self.control.low is None else np.asarray(self.control.low)
+        high = np.inf if self.control.high is None else np.asarray(self.control.high)
+        for i in self.interventions:
+            a = i.actions
+            if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] != self.control.action_dim:
+                raise ValueError(f"intervention {i.name!r} of {self.name!r} must be [T, {self.control.action_dim}], got {a.shape}")
+            if not np.isfinite(a).all() or (a < low).any() or (a > high).any():
+                raise ValueError(f"intervention {i.name!r} of {self.name!r} leaves the control bounds")
+
+    def intervention(self, name: str) -> Intervention:
+        for i in self.interventions:
+            if i.name == name:
+                return i
+        known = ", ".join(i.name for i in self.interventions) or "none"
+        raise ConfigurationError(f"platform {self.name!r} has no intervention {name!r} (it has: {known})")
 
     def observation_spec(self, options: Optional[Mapping[str, Any]] = None) -> ObservationSpec:
         if self.observation_for is None:
@@ -319,6 +364,7 @@ __all__ = [
     "Env",
     "Episode",
     "PlatformSpec",
+    "Intervention",
     "ModelConfig",
     "NativeModel",
     "Adapter",

@@ -376,6 +376,25 @@ def _worker_config(kwargs, platform: PlatformSpec, backend, deploy, passthrough,
     return config
 
 
+def cache_option() -> click.Option:
+    return click.Option(["--cache"], type=click.Path(file_okay=False), default=None, metavar="DIR",
+                        help="Answer repeated requests from typed artifacts in DIR and store new ones there "
+                             "(keyed by the model's identity and the request; `wam artifacts ls DIR`).")
+
+
+def with_cache(model, cache):
+    """``model``, answered from the artifact store ``cache`` when one is given."""
+    if not cache:
+        return model
+    from ..artifacts import ArtifactStore, CachedModel
+
+    try:
+        return CachedModel(model, ArtifactStore(cache))
+    except BaseException:
+        model.close()
+        raise
+
+
 def _open(reg, platform: PlatformSpec, platform_opts, config):
     from ..runtime import open_model
 

@@ -13,9 +13,9 @@ from typing import Any, Iterator
 import click
 
 from .. import __version__
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, WamError
 from ..specs import PlatformSpec
-from .common import PairedCommand, _episode_options, _resolve, cli, deployment_options
+from .common import PairedCommand, _episode_options, _resolve, cache_option, cli, deployment_options
 
 
 @cli.command(name="eval", cls=PairedCommand, params=_episode_options() + deployment_options() + [
@@ -42,6 +42,7 @@ from .common import PairedCommand, _episode_options, _resolve, cli, deployment_o
                  help="Film episodes as MP4 in OUT/videos (camera beside the predicted future, instruction and "
                       "outcome on the frames): the first N of every task, the failures, or all."),
     click.Option(["--report"], is_flag=True, help="Also write OUT/report.html (as `wam report OUT` does)."),
+    cache_option(),
     click.Option(["--resume"], is_flag=True, help="Continue an interrupted run in --out, skipping finished episodes."),
     click.Option(["--overwrite"], is_flag=True, help="Start over in an existing --out."),
 ])
@@ -64,7 +65,7 @@ def eval_(ctx, **kwargs):
     out_opt, resume, overwrite = kwargs.pop("out"), kwargs.pop("resume"), kwargs.pop("overwrite")
     num_envs, restarts, skip_memory = kwargs.pop("num_envs"), kwargs.pop("am_restarts"), kwargs.pop("skip_memory_check")
     executor, ray_address, num_models = kwargs.pop("executor"), kwargs.pop("ray_address"), kwargs.pop("num_model_workers")
-    video, report = parse_video(kwargs.pop("video")), kwargs.pop("report")
+    video, report, cache = parse_video(kwargs.pop("video")), kwargs.pop("report"), kwargs.pop("cache")
     if video:
         require_video()  # before anything starts
     if report:
@@ -92,6 +93,7 @@ def eval_(ctx, **kwargs):
     settings = EpisodeSettings(
         platform=platform.name, platform_options=platform.with_defaults(platform_opts),
         instruction=instruction, max_chunks=max_chunks, request_options=request,
+        cache=str(Path(cache).absolute()) if cache else None,
     )
     run_config = {
         "platform": platform.name,
@@ -100,6 +102,7 @@ def eval_(ctx, **kwargs):
         "request_options": request,
         "instruction": instruction,
         "max_chunks": max_chunks,
+        "model": _requested_model(config, reg),
         "episodes": [e.key for e in episodes],
     }
     results = ResultsDir(out)
@@ -123,11 +126,14 @@ def eval_(ctx, **kwargs):
                                      log_dir=results.logs, first_env=first_env, videos=videos)
     progress = Progress(len(episodes), records, label=f"{backend} on {platform.name}")
     t0 = time.perf_counter()
+    identity = None
     try:
         # stdout carries the result alone (one JSON document with --json): whatever a
         # simulator or Ray prints meanwhile goes to stderr
         with _sigterm_as_interrupt(), contextlib.redirect_stdout(sys.stderr):
             for event in evaluation.run(todo):
+                if identity is None:  # the model has started: is it the one that produced `done`?
+                    identity = _check_identity(results.out, evaluation.model_info, platform.name, resumed=bool(done))
                 if isinstance(event, Started):
                     progress.started(event.key)
                     continue
@@ -147,10 +153,14 @@ def eval_(ctx, **kwargs):
     summary.update(group_summaries(records))
     summary.update(
         platform=platform.name, model=backend, num_envs=num_envs, executor=executor, seed=seed, wamcore=__version__,
-        model_info=_identity(evaluation.model_info), model_restarts=evaluation.model_restarts,
+        model_info=_identity(evaluation.model_info), model_identity=identity, model_restarts=evaluation.model_restarts,
         versions=_versions(reg, platform.name, config.backend, evaluation.model_info),
         finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), wall_s=round(time.perf_counter() - t0, 2), out=str(out),
     )
+    if cache:
+        counts = [r.get("cache") or {} for r in records]
+        summary["cache"] = {"dir": settings.cache, "hits": sum(c.get("hits", 0) for c in counts),
+                            "misses": sum(c.get("misses", 0) for c in counts)}
     results.write_summary(summary, records)
     if report:
         from ..report.html import write_report
@@ -190,6 +200,40 @@ def default_out(platform: str, backend: str, *, resume: bool, root: Path = Path(
         n += 1
         out = root / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
     return out
+
+
+def _requested_model(config, reg) -> dict:
+    """The model as this command asks for it (checked before anything starts on --resume);
+    options declared not to change outputs are left out."""
+    checkpoint = config.checkpoint
+    if checkpoint and Path(checkpoint).exists():
+        checkpoint = str(Path(checkpoint).resolve())
+    neutral = set()
+    if config.backend is not None and config.mode != "endpoint":
+        with contextlib.suppress(WamError):  # a backend installed only in the worker's environment
+            neutral = {o.dest for o in reg.model(config.backend).options if not o.identity}
+    options = {k: v for k, v in {**config.options, **config.passthrough}.items() if k not in neutral}
+    return {"backend": config.backend, "checkpoint": checkpoint, "predict_future": config.predict_future,
+            "options": options}
+
+
+def _check_identity(out: Path, info, platform: str, *, resumed: bool) -> Any:
+    """The started model's identity, recorded in OUT/model_identity.json; a resumed run whose
+    episodes another model produced (another checkpoint's content, weights, statistics,
+    options) stops here, before it records anything."""
+    from ..artifacts import identity_difference, model_identity
+
+    identity = model_identity(info, info.contract_for(platform))
+    path = out / "model_identity.json"
+    if resumed and path.exists():
+        recorded = json.loads(path.read_text())
+        if recorded != identity:
+            raise ConfigurationError(
+                f"{out} holds episodes of another model ({identity_difference(recorded, identity)}); resume with "
+                "the model that produced them, or use another --out or --overwrite"
+            )
+    path.write_text(json.dumps(identity, indent=2) + "\n")
+    return identity
 
 
 def _versions(reg, platform: str, backend, info) -> dict:

@@ -6,11 +6,12 @@ import json
 
 import click
 
-from .common import PairedCommand, _episode_options, _open, _resolve, cli, deployment_options
+from .common import PairedCommand, _episode_options, _open, _resolve, cache_option, cli, deployment_options, with_cache
 
 @cli.command(cls=PairedCommand, params=_episode_options() + deployment_options() + [
     click.Option(["--video"], type=click.Path(dir_okay=False), default=None,
                  help="Write the episode as .mp4 or .gif: the camera beside the predicted future frame, instruction and outcome on the frames."),
+    cache_option(),
 ])
 @click.pass_context
 def run(ctx, **kwargs):
@@ -20,7 +21,7 @@ def run(ctx, **kwargs):
     Choose --platform and --am-backend first; --help then lists their options.
     """
     seed, instruction, max_chunks = kwargs.pop("seed"), kwargs.pop("instruction"), kwargs.pop("max_chunks")
-    as_json, video = kwargs.pop("as_json"), kwargs.pop("video")
+    as_json, video, cache = kwargs.pop("as_json"), kwargs.pop("video"), kwargs.pop("cache")
     reg, platform, platform_opts, config, request, env = _resolve(
         ctx, kwargs, preflight=lambda p, options: p.create(**options)
     )
@@ -32,7 +33,7 @@ def run(ctx, **kwargs):
             from ..video import EpisodeRecorder
 
             recorder = EpisodeRecorder(env, video)  # a missing video library is reported before the model loads
-        model = _open(reg, platform, platform_opts, config)
+        model = with_cache(_open(reg, platform, platform_opts, config), cache)
     except BaseException:
         env.close()
         raise
@@ -53,7 +54,12 @@ def run(ctx, **kwargs):
         if recorder is not None:
             recorder.close()  # after an error: what was recorded so far
     record = result.to_json()
-    record.update(seed=seed, mode=config.mode, device=model.info.device)
+    from ..artifacts import model_identity
+
+    record.update(seed=seed, mode=config.mode, device=model.info.device,
+                  model_identity=model_identity(model.info, model.contract))
+    if cache:
+        record["cache"] = model.stats()
     if "worker" in model.info.details:  # where a worker ran the model (pid, CUDA_VISIBLE_DEVICES)
         record["worker"] = model.info.details["worker"]
     if video:

@@ -46,6 +46,9 @@ class EpisodeSettings:
     instruction: Optional[str] = None
     max_chunks: Optional[int] = None
     request_options: dict = attrs.field(factory=dict)
+    #: an artifact store (``wam eval --cache DIR``): every env worker answers repeated
+    #: requests from it (``wamcore.artifacts``)
+    cache: Optional[str] = None
 
     def to_json(self) -> dict:
         return attrs.asdict(self)
@@ -120,6 +123,11 @@ class EnvWorker:
         t0 = time.perf_counter()
         env: Optional[Env] = None
         recorder = None
+        model = self.model
+        if self.settings.cache:
+            from ..artifacts import ArtifactStore, CachedModel
+
+            model = CachedModel(self.model, ArtifactStore(self.settings.cache))
         try:
             env = self.envs.get(episode.env_options)
             if video:
@@ -127,12 +135,14 @@ class EnvWorker:
 
                 recorder = EpisodeRecorder(env, video["path"], keep=video.get("keep", "always"))
             result = run_episode(
-                self.model, env, key=episode.key, reset=episode.reset, instruction=self.settings.instruction,
+                model, env, key=episode.key, reset=episode.reset, instruction=self.settings.instruction,
                 max_chunks=self.settings.max_chunks, seed=episode.reset.get("seed"),
                 options=self.settings.request_options, platform=self.settings.platform,
                 on_step=recorder.on_step if recorder else None, on_reset=recorder.on_reset if recorder else None,
             )
             record = {**result.to_json(), "labels": dict(episode.labels)}
+            if model is not self.model:
+                record["cache"] = {"hits": model.hits, "misses": model.misses}
             if recorder is not None:
                 kept = recorder.finish(result.success, result.steps)
                 record["video"] = None if kept is None else str(kept)

@@ -38,8 +38,12 @@ class ResultsDir:
             wanted = json.loads(json.dumps(run_config))
             previous = json.loads(self.config_path.read_text()) if self.config_path.exists() else {}
             planned = previous.pop("episodes", None)
-            if previous != {k: v for k, v in wanted.items() if k != "episodes"}:
-                raise ConfigurationError(f"{self.out} holds a run with other settings; use another --out or --overwrite")
+            wanted_settings = {k: v for k, v in wanted.items() if k != "episodes"}
+            if previous != wanted_settings:
+                from ..artifacts import identity_difference
+
+                raise ConfigurationError(f"{self.out} holds a run with other settings "
+                                         f"({identity_difference(previous, wanted_settings)}); use another --out or --overwrite")
             if planned is not None and not set(planned) <= set(wanted.get("episodes", ())):
                 raise ConfigurationError(
                     f"{self.out} holds a run of episodes this command does not plan; --resume may add episodes "

@@ -253,7 +253,7 @@ def test_libero_snapshot_restore_is_exact_in_any_branch_order(env):
 
 
 def test_libero_restore_refuses_foreign_snapshots(env):
-    with pytest.raises(ValueError, match="same LiberoEnv"):
+    with pytest.raises(TypeError, match="takes a LiberoSnapshot"):
         env.restore({"mj": np.zeros(3)})
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import copy
+import random
 import weakref
 from typing import Any, Optional
 
@@ -43,24 +44,37 @@ STATE_KEYS = {
 }
 
 
+#: the arm controller's attributes that carry over from one step to the next: OSC keeps its
+#: orientation goal while an action's rotation is zero, so without it a branch depends on
+#: the branches that ran before it
+CONTROLLER_STATE = ("goal_pos", "goal_ori", "relative_ori", "ori_ref", "torques", "new_update")
+ROBOT_BUFFERS = ("recent_qpos", "recent_actions", "recent_torques", "recent_ee_forcetorques", "recent_ee_pose",
+                 "recent_ee_vel", "recent_ee_vel_buffer", "recent_ee_acc")
+
+
 @attrs.frozen(eq=False)
 class LiberoSnapshot:
     """Everything that decides what the env does next (found by the project:
-    ``plugins/libero/tests`` replay branches from a snapshot bit-identically), plus the
-    model fields LIBERO changes at run time (fixture placement at reset, burner-site alpha in
-    ``set_visualization``). Valid only for the env that took it."""
+    ``plugins/libero/tests`` replay branches from a snapshot bit-identically): the MuJoCo
+    integration state, the model fields LIBERO changes at run time (fixture placement at
+    reset, burner-site alpha in ``set_visualization``), robosuite's clocks, observables,
+    controller, gripper and robot buffers, and the process's Python and NumPy generators
+    (LIBERO samples placements from numpy's global one). ``env`` names the configuration it
+    is valid for: any env of that suite, task and rendering restores it."""
 
-    owner: int
+    env: dict
     mj_state: np.ndarray
     body_pos: np.ndarray
     body_quat: np.ndarray
     site_rgba: np.ndarray
-    gripper_action: Any
+    robots: list
     timestep: int
     cur_time: float
     done: bool
     observables: dict
     obs_cache: dict
+    numpy_rng: tuple
+    python_rng: tuple
     steps: int
     raw: dict
     episode: dict
@@ -149,6 +163,7 @@ class LiberoEnv:
         self._gl.make_current()
         with stdout_to_stderr():
             env.seed(seed)  # LIBERO seeds numpy's global RNG (its placement samplers use it)
+            random.seed(seed)  # and Python's, which a snapshot holds too: one episode, one snapshot
             env.reset()
             _fresh_grippers(env.env)
             raw = env.set_init_state(self.task.init_states[index])
@@ -183,6 +198,12 @@ class LiberoEnv:
         """LIBERO's goal predicate on the current state (what ``step`` reports as success)."""
         return bool(self._live().check_success())
 
+    @property
+    def config(self) -> dict:
+        """What a snapshot of this env needs in the env that restores it."""
+        return {"suite": self.suite.name, "task": self.task_index, "resolution": self.resolution,
+                "fast_render": self.fast_render}
+
     def snapshot(self) -> LiberoSnapshot:
         """Exact state: replaying the same actions from it gives bit-identical observations."""
         import mujoco
@@ -193,12 +214,12 @@ class LiberoEnv:
         state = np.empty(mujoco.mj_stateSize(m, spec))
         mujoco.mj_getState(m, d, state, spec)
         return LiberoSnapshot(
-            owner=id(self),
+            env=self.config,
             mj_state=state,
             body_pos=m.body_pos.copy(),
             body_quat=m.body_quat.copy(),
             site_rgba=m.site_rgba.copy(),
-            gripper_action=copy.deepcopy(inner.robots[0].gripper.current_action),
+            robots=[_robot_state(robot) for robot in inner.robots],
             timestep=inner.timestep,
             cur_time=inner.cur_time,
             done=inner.done,
@@ -207,6 +228,8 @@ class LiberoEnv:
                 for name, o in inner._observables.items()
             },
             obs_cache=copy.deepcopy(inner._obs_cache),
+            numpy_rng=np.random.get_state(),
+            python_rng=random.getstate(),
             steps=self.steps,
             raw=self._raw,
             episode=dict(self.episode),
@@ -215,8 +238,10 @@ class LiberoEnv:
     def restore(self, snapshot: LiberoSnapshot) -> None:
         import mujoco
 
-        if not isinstance(snapshot, LiberoSnapshot) or snapshot.owner != id(self):
-            raise ValueError("restore() takes a snapshot taken by this same LiberoEnv")
+        if not isinstance(snapshot, LiberoSnapshot):
+            raise TypeError(f"restore() takes a LiberoSnapshot, got {type(snapshot).__name__}")
+        if snapshot.env != self.config:
+            raise ConfigurationError(f"this snapshot is of a LIBERO env {snapshot.env}, not of this one {self.config}")
         inner = self._live().env
         m, d = inner.sim.model._model, inner.sim.data._data
         m.body_pos[:] = snapshot.body_pos
@@ -224,13 +249,16 @@ class LiberoEnv:
         m.site_rgba[:] = snapshot.site_rgba
         mujoco.mj_setState(m, d, snapshot.mj_state, mujoco.mjtState.mjSTATE_INTEGRATION)
         mujoco.mj_forward(m, d)
-        inner.robots[0].gripper.current_action = copy.deepcopy(snapshot.gripper_action)
+        for robot, state in zip(inner.robots, snapshot.robots):
+            _set_robot_state(robot, state)
         inner.timestep, inner.cur_time, inner.done = snapshot.timestep, snapshot.cur_time, snapshot.done
         for name, (since, sampled, delay, value) in snapshot.observables.items():
             o = inner._observables[name]
             o._time_since_last_sample, o._sampled, o._current_delay = since, sampled, delay
             o._current_observed_value = copy.deepcopy(value)
         inner._obs_cache = copy.deepcopy(snapshot.obs_cache)
+        np.random.set_state(snapshot.numpy_rng)
+        random.setstate(snapshot.python_rng)
         self.steps = snapshot.steps
         self.episode = dict(snapshot.episode)
         self._set_raw(snapshot.raw)
@@ -254,6 +282,28 @@ class LiberoEnv:
         images = {role: np.ascontiguousarray(raw[f"{cam}_image"][::-1]) for role, cam in CAMERAS.items()}
         state = {name: np.array(raw[key], dtype=np.float64) for name, key in STATE_KEYS.items()}
         return Observation(images=images, state=state, instruction=self.task.language, step=self.steps)
+
+
+def _robot_state(robot: Any) -> dict:
+    """A robosuite robot's Python-side state (private copies)."""
+    controller = robot.controller
+    return copy.deepcopy({
+        "gripper_action": robot.gripper.current_action if robot.has_gripper else None,
+        "torques": robot.torques,
+        "controller": {k: getattr(controller, k) for k in CONTROLLER_STATE if hasattr(controller, k)},
+        "buffers": {k: vars(getattr(robot, k)) for k in ROBOT_BUFFERS if getattr(robot, k, None) is not None},
+    })
+
+
+def _set_robot_state(robot: Any, state: dict) -> None:
+    state = copy.deepcopy(state)
+    if robot.has_gripper:
+        robot.gripper.current_action = state["gripper_action"]
+    robot.torques = state["torques"]
+    for k, v in state["controller"].items():
+        setattr(robot.controller, k, v)
+    for k, fields in state["buffers"].items():
+        vars(getattr(robot, k)).update(fields)
 
 
 def _fresh_grippers(robosuite_env: Any) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from wamcore import PlatformSpec, hookimpl
-from wamcore.specs import Option, Requirement
+from wamcore.specs import Intervention, Option, Requirement
 
 from .spec import DEFAULT_RESOLUTION, LIBERO_CONTROL, LIBERO_OBSERVATION, PLATFORM, observation_spec
 from .suites import SETTLE_STEPS
@@ -31,6 +31,22 @@ OPTIONS = (
            help="No-op steps [0,0,0,0,0,0,-1] after loading the init state, not counted in the budget."),
     Option("max-steps", "int", None,
            help="Action budget per episode (default per suite: spatial 220, object 280, goal 300, 10 520, 90 400)."),
+)
+
+
+#: seed 004's pilot: four 8-step branches from one snapshot (OSC_POSE delta; gripper -1 open)
+INTERVENTION_STEPS = 8
+
+
+def _hold(name: str, action, description: str) -> Intervention:
+    return Intervention(name, [action] * INTERVENTION_STEPS, description)
+
+
+INTERVENTIONS = (
+    _hold("no-op", [0, 0, 0, 0, 0, 0, -1], "hold the pose, gripper open (LIBERO's dummy action)"),
+    _hold("+x", [0.5, 0, 0, 0, 0, 0, -1], "end effector +x at half the OSC step (0.025 m per step commanded)"),
+    _hold("-x", [-0.5, 0, 0, 0, 0, 0, -1], "end effector -x at half the OSC step"),
+    _hold("gripper-close", [0, 0, 0, 0, 0, 0, 1], "hold the pose, close the gripper"),
 )
 
 
@@ -67,6 +83,7 @@ LIBERO_PLATFORM = PlatformSpec(
     observation_for=_observation_for,
     episodes=_episodes,
     env_memory_mb=2000.0,  # one env process with two 256x256 cameras: 1.6-2.0 GB resident, measured
+    interventions=INTERVENTIONS,
 )
 
 

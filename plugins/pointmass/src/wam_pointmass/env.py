@@ -45,7 +45,8 @@ START_GAP = 0.4
 
 @attrs.frozen(eq=False)
 class PointMassSnapshot:
-    """Everything that determines the future of an episode (arrays are private copies)."""
+    """Everything that determines the future of an episode, the generators of action noise
+    and of the next unseeded reset included (arrays are private copies)."""
 
     position: np.ndarray
     velocity: np.ndarray
@@ -53,6 +54,7 @@ class PointMassSnapshot:
     goal: int
     steps: int
     noise_rng: dict
+    layout_rng: dict
     background: np.ndarray
 
 
@@ -178,6 +180,7 @@ class PointMassEnv:
             goal=self._goal,
             steps=self.steps,
             noise_rng=copy.deepcopy(self._noise_rng.bit_generator.state),
+            layout_rng=copy.deepcopy(self._layout_rng.bit_generator.state),
             background=self._background,
         )
 
@@ -189,13 +192,19 @@ class PointMassEnv:
         self._targets = snapshot.targets
         self._goal = snapshot.goal
         self.steps = snapshot.steps
-        self._noise_rng = np.random.default_rng()
-        self._noise_rng.bit_generator.state = copy.deepcopy(snapshot.noise_rng)
+        self._noise_rng = _generator(snapshot.noise_rng)
+        self._layout_rng = _generator(snapshot.layout_rng)  # a reset without a seed continues it
         self._background = snapshot.background
         self._obs = None
 
     def close(self) -> None:
         pass
+
+
+def _generator(state: dict) -> np.random.Generator:
+    rng = np.random.default_rng()
+    rng.bit_generator.state = copy.deepcopy(state)
+    return rng
 
 
 def make_env(max_steps: int = DEFAULT_MAX_STEPS, action_noise: float = 0.0) -> PointMassEnv:

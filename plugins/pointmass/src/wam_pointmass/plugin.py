@@ -8,12 +8,27 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from wamcore import Adapter, Capabilities, ModelSpec, Option, PlatformSpec, Requirement, hookimpl
+from wamcore import Adapter, Capabilities, Intervention, ModelSpec, Option, PlatformSpec, Requirement, hookimpl
 
 from . import adapter, random_model
 from .spec import DEFAULT_MAX_STEPS, PLATFORM, POINTMASS_CONTROL, POINTMASS_OBSERVATION
 
 MODEL_INSTALL = 'pip install "wam-pointmass[model]"'
+#: steps of every probe intervention: the reference WAM's chunk, so each is also a candidate
+INTERVENTION_STEPS = 8
+
+
+def _push(name: str, ax: float, ay: float, description: str) -> Intervention:
+    return Intervention(name, [[ax, ay]] * INTERVENTION_STEPS, description)
+
+
+INTERVENTIONS = (
+    _push("no-op", 0.0, 0.0, "no command: the mass coasts under drag"),
+    _push("+x", 1.0, 0.0, "full acceleration right"),
+    _push("-x", -1.0, 0.0, "full acceleration left"),
+    _push("+y", 0.0, 1.0, "full acceleration up"),
+    _push("-y", 0.0, -1.0, "full acceleration down"),
+)
 
 POINTMASS_PLATFORM = PlatformSpec(
     name=PLATFORM,
@@ -28,6 +43,7 @@ POINTMASS_PLATFORM = PlatformSpec(
     description="A 2-D point mass that must reach the coloured target its instruction names (numpy, CPU).",
     install="pip install wam-pointmass",
     env_memory_mb=60.0,  # one env process: about 50 MB resident, measured
+    interventions=INTERVENTIONS,
 )
 
 
