@@ -42,6 +42,12 @@ from .common import PairedCommand, _episode_options, _resolve, cli, deployment_o
                  help="Film episodes as MP4 in OUT/videos (camera beside the predicted future, instruction and "
                       "outcome on the frames): the first N of every task, the failures, or all."),
     click.Option(["--report"], is_flag=True, help="Also write OUT/report.html (as `wam report OUT` does)."),
+    click.Option(["--best-of"], type=click.IntRange(min=1), default=None, metavar="N",
+                 help="Plan every chunk: sample N candidates (seeds derived from the episode's), score each, execute "
+                      "the best (docs/planning.md). Records carry every score."),
+    click.Option(["--score"], type=click.Choice(["value", "goal"]), default=None,
+                 help="With --best-of: the model's value of each candidate (default), or the distance of its predicted "
+                      "future to the platform's goal."),
     click.Option(["--resume"], is_flag=True, help="Continue an interrupted run in --out, skipping finished episodes."),
     click.Option(["--overwrite"], is_flag=True, help="Start over in an existing --out."),
 ])
@@ -65,6 +71,10 @@ def eval_(ctx, **kwargs):
     num_envs, restarts, skip_memory = kwargs.pop("num_envs"), kwargs.pop("am_restarts"), kwargs.pop("skip_memory_check")
     executor, ray_address, num_models = kwargs.pop("executor"), kwargs.pop("ray_address"), kwargs.pop("num_model_workers")
     video, report = parse_video(kwargs.pop("video")), kwargs.pop("report")
+    best_of, score = kwargs.pop("best_of"), kwargs.pop("score")
+    if score and not best_of:
+        raise ConfigurationError("--score chooses among candidates: it needs --best-of N")
+    planning = {"best_of": best_of, "score": score or "value"} if best_of else None
     if video:
         require_video()  # before anything starts
     if report:
@@ -91,7 +101,7 @@ def eval_(ctx, **kwargs):
     episodes = planned["episodes"]
     settings = EpisodeSettings(
         platform=platform.name, platform_options=platform.with_defaults(platform_opts),
-        instruction=instruction, max_chunks=max_chunks, request_options=request,
+        instruction=instruction, max_chunks=max_chunks, request_options=request, planning=planning,
     )
     run_config = {
         "platform": platform.name,
@@ -101,6 +111,7 @@ def eval_(ctx, **kwargs):
         "instruction": instruction,
         "max_chunks": max_chunks,
         "episodes": [e.key for e in episodes],
+        **({"planning": planning} if planning else {}),
     }
     results = ResultsDir(out)
     try:
@@ -150,6 +161,7 @@ def eval_(ctx, **kwargs):
         model_info=_identity(evaluation.model_info), model_restarts=evaluation.model_restarts,
         versions=_versions(reg, platform.name, config.backend, evaluation.model_info),
         finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), wall_s=round(time.perf_counter() - t0, 2), out=str(out),
+        **({"planning": planning} if planning else {}),
     )
     results.write_summary(summary, records)
     if report:
@@ -162,8 +174,9 @@ def eval_(ctx, **kwargs):
     lo, hi = summary["ci95"]
     if summary["per_task"]:
         click.echo(format_table(summary))
+    planned_by = f" (best of {best_of} by {planning['score']})" if planning else ""
     click.echo(
-        f"{backend} on {platform.name}: {summary['successes']}/{summary['episodes']} successes "
+        f"{backend}{planned_by} on {platform.name}: {summary['successes']}/{summary['episodes']} successes "
         f"(rate {summary['success_rate']:.3f}, 95% CI [{lo:.3f}, {hi:.3f}]), mean steps {summary['mean_steps']:.1f}"
     )
     failures = summary["stop_reasons"].get("runtime_failure", 0)

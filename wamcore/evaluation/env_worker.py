@@ -46,6 +46,9 @@ class EpisodeSettings:
     instruction: Optional[str] = None
     max_chunks: Optional[int] = None
     request_options: dict = attrs.field(factory=dict)
+    #: ``{"best_of": N, "score": "value"|"goal"}``: every chunk is the best of N candidates
+    #: (``wamcore.planning``); records then carry every decision's scores under ``plans``
+    planning: Optional[dict] = None
 
     def to_json(self) -> dict:
         return attrs.asdict(self)
@@ -126,13 +129,20 @@ class EnvWorker:
                 from ..video import EpisodeRecorder
 
                 recorder = EpisodeRecorder(env, video["path"], keep=video.get("keep", "always"))
+            model = self.model
+            if self.settings.planning:
+                from ..planning import planner_for
+
+                model = planner_for(self.model, env, **self.settings.planning)
             result = run_episode(
-                self.model, env, key=episode.key, reset=episode.reset, instruction=self.settings.instruction,
+                model, env, key=episode.key, reset=episode.reset, instruction=self.settings.instruction,
                 max_chunks=self.settings.max_chunks, seed=episode.reset.get("seed"),
                 options=self.settings.request_options, platform=self.settings.platform,
                 on_step=recorder.on_step if recorder else None, on_reset=recorder.on_reset if recorder else None,
             )
             record = {**result.to_json(), "labels": dict(episode.labels)}
+            if model is not self.model:
+                record["plans"] = [plan.to_json() for plan in model.plans]
             if recorder is not None:
                 kept = recorder.finish(result.success, result.steps)
                 record["video"] = None if kept is None else str(kept)
