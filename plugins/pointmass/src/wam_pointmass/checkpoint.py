@@ -24,7 +24,7 @@ SHIPPED_SHA256 = "4e37451d824508eed064706dbe1f04aa505602bb5a7fb4f8c8ce26ed553f6d
 #: task family -> (file name in ``weights/``, pinned sha256)
 SHIPPED = {
     "reach": (WEIGHTS_NAME, SHIPPED_SHA256),
-    "pit": ("pointmass_wam_pit.safetensors", "PIT_SHA256"),
+    "pit": ("pointmass_wam_pit.safetensors", "f1e2318bbdf302198c3d13a34162bd61af34135bcab3ae5a56289995e0fc21df"),
 }
 
 

@@ -4,6 +4,11 @@ It reads the goal's position from the simulator (privileged information the mode
 gets: the model must find the named target in the image). Gains put the linearised
 closed loop near critical damping, p'' + (2 KD MAX_ACCEL + DRAG) p' + KP MAX_ACCEL p = 0,
 so the mass arrives without circling the target.
+
+For the ``pit`` family two variants make the data: the route demonstrator
+(:func:`route_action`), the expert pushed to one side by a route preference, which shows
+many routes to the goal and ignores the pit; and the avoiding expert
+(:func:`avoiding_action`), which goes around it and defines what a chunk is worth.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ def expert_chunk(env: PointMassEnv, length: int, controller: Optional[Controller
 # ---------------------------------------------------------------------- pit family
 
 #: The route demonstrator's sideways push (a fraction of full command) at ``route`` = +-1,
-#: faded out linearly within ROUTE_FADE metres of the goal so that every route arrives.
+#: faded out quadratically within ROUTE_FADE metres of the goal so that every route arrives.
 ROUTE_PUSH = 2.5
 ROUTE_FADE = 0.8
 #: The avoiding controller steers past the pit's centre at least this far.
@@ -62,7 +67,7 @@ def route_action(position: np.ndarray, velocity: np.ndarray, goal: np.ndarray, r
     offset = goal - position
     distance = float(np.linalg.norm(offset))
     left = np.array([-offset[1], offset[0]]) / max(distance, 1e-9)
-    push = ROUTE_PUSH * route * min(1.0, distance / ROUTE_FADE) * left
+    push = ROUTE_PUSH * route * min(1.0, distance / ROUTE_FADE) ** 2 * left
     return np.clip(KP * offset - KD * velocity + push, -1.0, 1.0).astype(np.float32)
 
 

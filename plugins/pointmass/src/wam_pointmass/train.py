@@ -54,8 +54,8 @@ class PitTrainConfig(TrainConfig):
     """The ``pit`` family's model: demonstrations of routes (``data.collect_routes``), a
     latent route input, a trajectory world model, and a value worth planning with."""
 
-    episodes: int = 1500
-    steps: int = 4000
+    episodes: int = 1200
+    steps: int = 3000
     w_value: float = 2.0
     #: loss weight of the pit's keypoint and of its presence
     w_pit: float = 10.0
