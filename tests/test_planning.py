@@ -216,3 +216,13 @@ def test_wam_eval_refuses_planning_a_model_cannot_do(tmp_path):
     assert not episodes.exists() or episodes.read_text() == ""
     lone = _wam("eval", "--episodes", 2, "--score", "goal", "--out", tmp_path / "s")
     assert lone.returncode != 0 and "--score chooses among candidates: it needs --best-of N" in lone.stderr
+
+
+def test_the_documented_example_plans_an_episode(docs_example, capsys):
+    source = docs_example("planning", doc="docs/planning.md")
+    assert len([line for line in source.splitlines() if line.strip()]) <= 15
+    exec(compile(source, "docs/planning.md", "exec"), {})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1].startswith("True ")  # seed 0 of the pit family: planned around the pit
+    decisions = [line.split(" ", 2) for line in lines[:-1]]
+    assert decisions and all(len(json.loads(scores)) == 8 for _, _, scores in decisions)

@@ -130,7 +130,9 @@ class Env(Protocol):
     ``max_steps`` is the per-episode action budget; ``steps`` the actions executed since the
     last reset. ``observe()`` returns the latest observation without stepping.
     ``snapshot()``/``restore()`` must make replays bit-identical where the platform
-    supports them (raise NotImplementedError otherwise).
+    supports them (raise NotImplementedError otherwise). Optional: ``goal_distance(obs)
+    -> float``, how far an observation (also a predicted one) is from the episode's goal,
+    for planning towards it (``wamcore.planning``, ``wam eval --score goal``).
     """
 
     observation_spec: ObservationSpec

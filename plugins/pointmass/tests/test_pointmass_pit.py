@@ -74,6 +74,7 @@ def test_a_mass_in_the_pit_stays_there_and_never_succeeds():
     position = env.observe().state["position"].copy()
     for action in ([1.0, 1.0], [-1.0, 0.0]):
         assert not env.step(np.array(action)).success
+        assert env.observe().step == env.steps
     np.testing.assert_array_equal(env.observe().state["position"], position)
     np.testing.assert_array_equal(position, stuck)
     np.testing.assert_array_equal(env.observe().state["velocity"], [0.0, 0.0])

@@ -212,6 +212,7 @@ class PointMassEnv:
             raise ActionError([f"a PointMass action is 2 finite numbers (accel_x, accel_y), got {u.tolist()}"])
         if self._fallen:
             self.steps += 1
+            self._obs = None
             return StepResult(success=False, reward=0.0, info={"distance": self.distance_to_goal(), "fallen": True})
         if self.action_noise > 0.0:
             u = u + self._noise_rng.normal(0.0, self.action_noise, size=2)
