@@ -1,8 +1,8 @@
 """Evaluation throughput: episodes per hour with N env processes sharing one model worker.
 
     # LIBERO, scripted model (no weights), N = 1 and 2 on this machine
-    MUJOCO_GL=egl WAMCORE_PLUGIN_MODULES=wam_libero.scripted python bench/eval_throughput.py \\
-        --platform libero --backend libero-scripted --num-envs 1,2 --episodes-per-env 3 \\
+    MUJOCO_GL=egl python bench/eval_throughput.py \\
+        --platform libero --backend libero-smoke --num-envs 1,2 --episodes-per-env 3 \\
         --set suite=libero_spatial --set task=0 --am-option chunk=8 --max-chunks 10
 
     # PointMass with its reference WAM

@@ -17,7 +17,7 @@ Defaults (``--am-option KEY=VALUE``, or ``--KEY`` where this module is importabl
 bf16 on cuda, float32 on cpu; LIBERO: 2 cameras at 256 px -> 2 x 256 patch tokens + 1 state +
 32 text + 16 action tokens = 561 tokens. PointMass: 1 camera at 64 px -> 16 patch tokens.
 
-Contracts: ``libero`` as ``libero-scripted`` (both cameras, 9-D proprio gripper_qpos, eef_pos,
+Contracts: ``libero`` as ``libero-smoke`` (both cameras, 9-D proprio gripper_qpos, eef_pos,
 eef_quat; ``chunk`` actions x 7, default 16); ``pointmass`` as ``wam_pointmass.adapter.CONTRACT``
 without its future camera (``chunk`` default 8). Actions are mapped into the platform's bounds
 (tanh, then [low, high]); a gripper dimension is exactly ``open``/``close`` by the sign.
@@ -134,7 +134,7 @@ def _register_layout(platform: str, layout: Layout, contract: AdapterContract) -
     ADAPTERS.append(Adapter(contract=contract, encode=_make_encode(layout), decode=_make_decode(layout)))
 
 
-try:  # LIBERO: the libero-scripted contract (wam_libero.scripted), chunk 16
+try:  # LIBERO: the libero-smoke contract (wam_libero.scripted), chunk 16
     from wam_libero.spec import ACTION_SPACE as _LIBERO_SPACE
     from wam_libero.spec import LIBERO_CONTROL as _LIBERO_CONTROL
     from wam_libero.spec import PLATFORM as _LIBERO

@@ -96,9 +96,10 @@ def test_deployment_options_with_an_endpoint_are_refused(registry):
 
 def test_unknown_model_did_you_mean_and_pip(registry):
     result = CliRunner().invoke(cli, ["run", "--platform", "line", "--am-backend", "line-q"], obj=registry)
-    assert result.exit_code == 1 and "Did you mean: 'line-p'" in result.output
+    assert result.exit_code == 2 and "Did you mean: 'line-p'" in result.output
+    assert "Usage: cli run [OPTIONS]" in result.output  # the subcommand's usage line, not the root's ("cli" under CliRunner)
     result = CliRunner().invoke(cli, ["run", "--platform", "line", "--am-backend", "fast-wam"], obj=registry)
-    assert 'pip install "wam-fastwam"' in result.output
+    assert result.exit_code == 2 and 'pip install "wam-fastwam"' in result.output
 
 
 def test_platform_without_a_default_model_asks_for_one(registry):

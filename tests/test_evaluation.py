@@ -192,6 +192,19 @@ def test_model_worker_lost_stops_with_a_typed_error_and_resume_finishes(tmp_path
     assert {k: after[k] for k in before} == before  # nothing written before is lost or rewritten
 
 
+def test_borrowed_worker_that_dies_is_not_restarted(tmp_path, no_leaks):
+    from helpers_workers import served
+
+    with served(tmp_path, backend="evaltoy-p", platform="evaltoy", env=eval_env()) as worker:
+        proc = start_wam("eval", "--platform", "evaltoy", "--am-endpoint", worker.endpoint, "--episodes", 40,
+                         "--num-envs", 2, "--step-delay", 0.01, "--out", tmp_path / "o")
+        wait_for(lambda: (tmp_path / "o" / "episodes.jsonl").exists() and records(tmp_path / "o"), what="a record")
+        worker.kill()
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert "not restarted here" in err and "--resume" in err
+
+
 def test_a_model_error_stops_the_evaluation(tmp_path, no_leaks):
     result = wam("eval", *EVALTOY, "--episodes", 6, "--num-envs", 2, "--nan-seed", 1, "--out", tmp_path / "o")
     assert result.returncode == 1

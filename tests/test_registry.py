@@ -160,6 +160,8 @@ def test_plugins_json_cli_shows_errors_and_still_works(site):
     assert rows["good"]["kind"] == ["model", "platform"] and rows["good"]["version"] == "1.2.0"
     assert rows["good"]["distribution"] == "wam-good" and rows["good"]["error"] is None
     assert "not_a_real_module_xyz" in rows["broken"]["error"]
+    assert "Traceback (most recent call last)" in rows["broken"]["traceback"]  # where `wam doctor` sends people
+    assert rows["good"]["traceback"] is None
     run = subprocess.run([sys.executable, "-m", "wamcore", "run", "--platform", "line", "--am-backend", "line-p", "--json"],
                          env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr

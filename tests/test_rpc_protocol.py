@@ -311,9 +311,11 @@ def test_default_timeout_is_the_models_declared_budget(tmp_path):
 
 
 def test_connect_to_nothing_times_out(tmp_path):
-    sock = zmq.Context.instance().socket(zmq.ROUTER)
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
     port = sock.bind_to_random_port("tcp://127.0.0.1")
-    sock.close(linger=0)  # a port where nobody listens any more
+    sock.close(linger=0)
+    ctx.term()  # joins ZeroMQ's I/O thread: the listener is closed now, not just asked to close
     with pytest.raises(WorkerTimeout, match="within 0.5 s.*is a worker running there"):
         RemoteModel(f"tcp://127.0.0.1:{port}", connect_timeout_s=0.5)
 

@@ -9,7 +9,12 @@ and their sha256::
 Users may extend it with their own pin file (``--am-pins FILE`` where a plugin offers it):
 their entries add to or replace the shipped ones. A missing file or a hash mismatch is a
 :class:`CheckpointError` that names the file, raised at start-up, not at the first
-prediction. Hashes of large files are cached by (path, size, mtime) so restarts are fast.
+prediction. Within a process, hashes of large files are cached by (path, device, inode,
+size, mtime, ctime): a rewrite changes the ctime even when it keeps size and mtime.
+
+Hashing a file and then opening it again by name leaves a window in which it can change.
+A loader that can take bytes (safetensors, JSON) uses :func:`read_verified`, which hashes
+exactly the bytes it returns.
 """
 
 from __future__ import annotations
@@ -28,10 +33,10 @@ _hash_cache: Dict[tuple, str] = {}
 
 
 def sha256_file(path: Union[str, Path]) -> str:
-    """sha256 of a file, cached by (path, size, mtime)."""
+    """sha256 of a file, cached by (path, device, inode, size, mtime, ctime)."""
     p = Path(path)
     st = p.stat()
-    key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
+    key = (str(p.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     cached = _hash_cache.get(key)
     if cached is not None:
         return cached
@@ -42,6 +47,16 @@ def sha256_file(path: Union[str, Path]) -> str:
     digest = h.hexdigest()
     _hash_cache[key] = digest
     return digest
+
+
+def read_verified(path: Union[str, Path], sha256: str) -> bytes:
+    """The file's bytes, read once and hashed: what is returned is what was checked
+    against ``sha256`` (else :class:`CheckpointError` naming the file)."""
+    data = Path(path).read_bytes()
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != sha256.strip().lower():
+        raise CheckpointError(f"{path}: sha256 {actual} does not match the pinned {sha256}")
+    return data
 
 
 @attrs.frozen
@@ -109,4 +124,4 @@ def write_pins(path: Union[str, Path], files: Mapping[str, Union[str, Path]], so
     return pins
 
 
-__all__ = ["Pins", "sha256_file", "verify_directory", "write_pins"]
+__all__ = ["Pins", "sha256_file", "read_verified", "verify_directory", "write_pins"]

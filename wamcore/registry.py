@@ -19,6 +19,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import os
+import threading
 import traceback
 from importlib import metadata
 from typing import Any, Dict, Iterable, List, Optional
@@ -47,12 +48,14 @@ KNOWN_PROVIDERS: Dict[str, tuple] = {
     "pointmass-wam": ("wam-pointmass[model]", "pointmass"),
     "random": ("wam-pointmass", "pointmass"),
     "libero": ("wam-libero[sim]", "libero"),
+    "libero-smoke": ("wam-libero[sim]", "libero"),
     "robotwin": ("wam-robotwin", "robotwin"),
     "cosmos-policy": ("wam-cosmos-policy", "cosmos_policy"),
     "cosmos": ("wam-cosmos-policy", "cosmos_policy"),
     "cosmos3": ("wam-cosmos3", "cosmos3"),
     "fast-wam": ("wam-fastwam", "fastwam"),
     "fastwam": ("wam-fastwam", "fastwam"),
+    "starwam": ("wam-starwam", "starwam"),
 }
 
 
@@ -99,6 +102,7 @@ class PluginRecord:
             "models": self.models,
             "hooks": self.hooks,
             "error": self.error,
+            "traceback": self.traceback,
             "problems": self.problems,
         }
 
@@ -119,24 +123,33 @@ class Registry:
         self._models: Dict[str, ModelSpec] = {}
         self._aliases: Dict[str, Dict[str, str]] = {"platform": {}, "model": {}}
         self._owner: Dict[tuple, str] = {}
-        self._loaded = False
+        self._loaded = False  # set once loading has finished: until then lookups wait for it
+        self._loading = False
+        self._lock = threading.RLock()  # reentrant: a plugin loading may register more
         self._pending = list(plugins)
 
     # ------------------------------------------------------------------ loading
 
     def load(self) -> "Registry":
-        """Load entry points once (idempotent)."""
+        """Load entry points once (idempotent, thread-safe: other threads wait until it is done)."""
         if self._loaded:
             return self
-        self._loaded = True
-        if self._use_entry_points:
-            for ep in self._selected_entry_points():
-                self._load_entry_point(ep)
-            for module in filter(None, (m.strip() for m in os.environ.get(MODULES_ENV, "").split(","))):
-                self._load_module(module)
-        pending, self._pending = self._pending, []
-        for plugin in pending:
-            self.register(plugin)
+        with self._lock:
+            if self._loaded or self._loading:  # done meanwhile, or this thread is loading
+                return self
+            self._loading = True
+            try:
+                if self._use_entry_points:
+                    for ep in self._selected_entry_points():
+                        self._load_entry_point(ep)
+                    for module in filter(None, (m.strip() for m in os.environ.get(MODULES_ENV, "").split(","))):
+                        self._load_module(module)
+                pending, self._pending = self._pending, []
+                for plugin in pending:
+                    self.register(plugin)
+            finally:
+                self._loading = False
+                self._loaded = True
         return self
 
     def _selected_entry_points(self) -> list:
@@ -180,19 +193,19 @@ class Registry:
 
     def register(self, plugin: Any, name: Optional[str] = None) -> PluginRecord:
         """Register a plugin object or module in-process (tests, notebooks, research code)."""
-        if not self._loaded:
-            self.load()
-        name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
-        record = PluginRecord(name=name, module=getattr(plugin, "__name__", type(plugin).__name__))
-        self._records[name] = record
-        try:
-            self._pm.register(plugin, name=name)
-        except Exception as exc:
-            record.error = f"{type(exc).__name__}: {exc}"
-            record.traceback = traceback.format_exc()
-            raise
-        self._collect(name, plugin, record)
-        return record
+        self.load()
+        with self._lock:
+            name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+            record = PluginRecord(name=name, module=getattr(plugin, "__name__", type(plugin).__name__))
+            self._records[name] = record
+            try:
+                self._pm.register(plugin, name=name)
+            except Exception as exc:
+                record.error = f"{type(exc).__name__}: {exc}"
+                record.traceback = traceback.format_exc()
+                raise
+            self._collect(name, plugin, record)
+            return record
 
     def unregister(self, name: str) -> None:
         """Remove an in-process plugin and everything it registered."""

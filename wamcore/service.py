@@ -20,10 +20,10 @@ import attrs
 import numpy as np
 
 from .contracts import AdapterContract, ControlSpec, ModelInfo, ObservationSpec, PredictRequest, Prediction
-from .errors import ActionError, CapabilityError, ConfigurationError, IncompatiblePairError, ObservationError, PredictionError
+from .errors import ActionError, CapabilityError, ConfigurationError, IncompatiblePairError, PredictionError
 from .pairing import check_model_info
 from .specs import ModelConfig, ModelSpec, PlatformSpec, resolve_callable
-from .validation import validate_actions, validate_observation, validate_prediction
+from .validation import request_options, validate_actions, validate_prediction, validate_request
 
 DEFAULT_SESSION = "default"
 
@@ -64,6 +64,7 @@ class ModelService:
         self.native = native if native is not None else resolve_callable(self.spec.load)(config)
         self._sessions = bool(getattr(self.native, "uses_sessions", False))
         self._max_batch = _declared_batch(self.native)
+        self._request_options = request_options(self.spec.options)
         self.info = ModelInfo(
             backend=self.spec.name,
             checkpoint=getattr(self.native, "checkpoint", None) or config.checkpoint,
@@ -82,11 +83,6 @@ class ModelService:
     def uses_sessions(self) -> bool:
         """Whether the model keeps state per session (a worker then resets a dropped one)."""
         return self._sessions
-
-    @property
-    def max_batch(self) -> int:
-        """How many requests one native call may take (1: the model does not batch)."""
-        return self._max_batch
 
     @property
     def max_batch(self) -> int:
@@ -142,11 +138,9 @@ class ModelService:
         return results  # type: ignore[return-value]
 
     def _encode(self, request: PredictRequest) -> Tuple[Any, dict]:
-        """Validate the request against the contract, then the adapter's encode."""
-        if not isinstance(request, PredictRequest):
-            raise ObservationError([f"expected a PredictRequest, got {type(request).__name__}"])
+        """Validate the request (observation, seed, options), then the adapter's encode."""
         t0 = time.perf_counter()
-        validate_observation(request.observation, self.contract, instruction=request.instruction)
+        validate_request(request, self.contract, self._request_options)
         if request.candidate_actions is not None:
             self._check_candidates(request.candidate_actions)
         t1 = time.perf_counter()

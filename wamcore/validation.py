@@ -1,7 +1,7 @@
 """Boundary checks. Each collects *every* problem and raises one typed error.
 
-* the model service checks each observation against its adapter contract before the
-  model sees it (:func:`validate_observation`);
+* the model service checks each request against its adapter contract before the model
+  sees it (:func:`validate_request`: the observation, the seed, the per-request options);
 * the client checks each action chunk against the platform's control before anything
   executes it (:func:`validate_actions`);
 * the service checks prediction extras against declared capabilities
@@ -10,14 +10,19 @@
 
 from __future__ import annotations
 
-from typing import List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .contracts import AdapterContract, Capabilities, ControlSpec, Observation, ObservationSpec, Prediction
+from .contracts import AdapterContract, Capabilities, ControlSpec, Observation, ObservationSpec, PredictRequest, Prediction
 from .errors import ActionError, ObservationError, PredictionError
+from .specs import Option
 
 _BOUND_TOL = 1e-5
+#: state beyond this turns into inf in the float32 most models compute in
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_INT64 = 2**63
+_MAX_TEXT = 4096  # characters of a per-request text option
 
 
 def _describe(x) -> str:
@@ -68,7 +73,10 @@ def _check_state(state, wanted: Mapping[str, int], problems: List[str], strict: 
         if vec.ndim != 1 or vec.shape[0] != size:
             problems.append(f"state {name!r}: shape must be ({size},), got {tuple(vec.shape)}")
         if vec.dtype.kind == "f" and not np.isfinite(vec).all():
-            problems.append(f"state {name!r}: contains NaN or inf at {np.flatnonzero(~np.isfinite(vec)).tolist()}")
+            problems.append(f"state {name!r}: contains NaN or inf at {np.flatnonzero(~np.isfinite(vec)).tolist()[:10]}")
+        elif vec.dtype.kind == "f" and vec.dtype.itemsize > 4 and (np.abs(vec) > _FLOAT32_MAX).any():
+            problems.append(f"state {name!r}: values beyond the float32 range (|x| > 3.4e38) at "
+                            f"{np.flatnonzero(np.abs(vec) > _FLOAT32_MAX).tolist()[:10]}")
     if strict:
         for name in state:
             if name not in wanted:
@@ -82,18 +90,98 @@ def _check_instruction(instruction, problems: List[str]) -> None:
         problems.append("instruction is empty")
 
 
+def _brief(value: Any) -> str:
+    """A short description of a client's value: never echo unbounded data."""
+    if isinstance(value, str):
+        return repr(value[:40]) + ("..." if len(value) > 40 else "")
+    if isinstance(value, (bool, int, float, np.number, type(None))):
+        return repr(value)[:40]
+    return type(value).__name__
+
+
+def _is_index(value: Any) -> bool:
+    """A non-negative integer that fits int64 (seeds, step counts)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and 0 <= value < _INT64
+
+
+def _check_step(step, problems: List[str]) -> None:
+    if not _is_index(step):
+        problems.append(f"step must be a non-negative integer, got {_brief(step)}")
+
+
+def _observation_problems(obs: Observation, contract: AdapterContract, instruction: Optional[str]) -> List[str]:
+    if not isinstance(obs, Observation):
+        raise ObservationError([f"expected an Observation, got {type(obs).__name__}"])
+    problems: List[str] = []
+    _check_images(obs.images, contract.cameras, problems, strict=True)
+    _check_state(obs.state, contract.state, problems, strict=True)
+    _check_instruction(obs.instruction if instruction is None else instruction, problems)
+    _check_step(obs.step, problems)
+    return problems
+
+
 def validate_observation(obs: Observation, contract: AdapterContract, *, instruction: Optional[str] = None) -> None:
     """Raise :class:`ObservationError` unless ``obs`` holds exactly what ``contract`` needs.
 
     ``instruction`` (a request's override) replaces the observation's for the check."""
-    problems: List[str] = []
-    if not isinstance(obs, Observation):
-        raise ObservationError([f"expected an Observation, got {type(obs).__name__}"])
-    _check_images(obs.images, contract.cameras, problems, strict=True)
-    _check_state(obs.state, contract.state, problems, strict=True)
-    _check_instruction(obs.instruction if instruction is None else instruction, problems)
+    problems = _observation_problems(obs, contract, instruction)
     if problems:
         raise ObservationError(problems, context=f"for {contract.platform} adapter")
+
+
+def _option_problem(opt: Option, value: Any) -> Optional[str]:
+    number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    if opt.type == "bool":
+        ok = isinstance(value, (bool, np.bool_))
+    elif opt.type == "int":
+        ok = number and isinstance(value, (int, np.integer)) and -_INT64 <= value < _INT64
+    elif opt.type == "float":
+        ok = number and bool(np.isfinite(value))
+    elif opt.type == "choice":
+        ok = isinstance(value, (str, int, float)) and value in opt.choices
+    else:  # str, path
+        ok = isinstance(value, str) and len(value) <= _MAX_TEXT
+    if ok and opt.choices and opt.type != "choice" and value not in opt.choices:
+        return f"option {opt.dest!r} must be one of {', '.join(map(str, opt.choices))}, got {_brief(value)}"
+    if ok:
+        return None
+    want = {"bool": "true or false", "int": "an integer", "float": "a finite number",
+            "choice": f"one of {', '.join(map(str, opt.choices))}"}.get(opt.type, f"text of at most {_MAX_TEXT} characters")
+    return f"option {opt.dest!r} must be {want}, got {_brief(value)}"
+
+
+def request_options(options: Sequence[Option]) -> Dict[str, Option]:
+    """The per-request options among ``options``, by the name they travel under."""
+    return {o.dest: o for o in options if not o.deployment}
+
+
+def _request_problems(request: PredictRequest, declared: Mapping[str, Option]) -> List[str]:
+    problems: List[str] = []
+    if request.seed is not None and not _is_index(request.seed):
+        problems.append(f"seed must be a non-negative integer below 2**63, got {_brief(request.seed)}")
+    for key, value in request.options.items():
+        opt = declared.get(key) if isinstance(key, str) else None
+        if opt is None:
+            problems.append(f"option {_brief(key)} is not a per-request option of this model "
+                            f"(it has: {', '.join(sorted(declared)) or 'none'})")
+        elif value is not None:
+            values = value if opt.multiple and isinstance(value, (list, tuple)) else [value]
+            problems += filter(None, (_option_problem(opt, v) for v in values))
+        if len(problems) > 20:
+            break
+    return problems
+
+
+def validate_request(request: PredictRequest, contract: AdapterContract, options: Mapping[str, Option]) -> None:
+    """Raise :class:`ObservationError` unless all of ``request`` that reaches a model is as
+    declared: the observation (as :func:`validate_observation`), the seed, and only the
+    per-request ``options`` (:func:`request_options` of the model's), of their types."""
+    if not isinstance(request, PredictRequest):
+        raise ObservationError([f"expected a PredictRequest, got {type(request).__name__}"])
+    problems = _observation_problems(request.observation, contract, request.instruction)
+    problems += _request_problems(request, options)
+    if problems:
+        raise ObservationError(problems, context=f"request for {contract.platform} adapter")
 
 
 def check_observation_spec(obs: Observation, spec: ObservationSpec) -> None:
@@ -104,6 +192,7 @@ def check_observation_spec(obs: Observation, spec: ObservationSpec) -> None:
     _check_images(obs.images, spec.cameras, problems, strict=True)
     _check_state(obs.state, spec.state, problems, strict=True)
     _check_instruction(obs.instruction, problems)
+    _check_step(obs.step, problems)
     if problems:
         raise ObservationError(problems, context="against the platform's observation spec")
 
@@ -203,6 +292,8 @@ def validate_prediction(pred: Prediction, capabilities: Capabilities, contract: 
 
 __all__ = [
     "validate_observation",
+    "validate_request",
+    "request_options",
     "check_observation_spec",
     "validate_actions",
     "validate_prediction",

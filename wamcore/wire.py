@@ -42,14 +42,17 @@ def _check_dtype(dtype: np.dtype) -> None:
         )
 
 
-def _dtype_from(s: str) -> np.dtype:
+def array_dtype(s: str) -> np.dtype:
+    """The dtype a wire string names, if it is one that may travel; else ProtocolError."""
+    if not isinstance(s, str):
+        raise ProtocolError("bad dtype on the wire")
     dtype = _dtypes.get(s)
     if dtype is not None:
         return dtype
     try:
         dtype = np.dtype(s)
     except TypeError as exc:
-        raise ProtocolError(f"bad dtype {s!r} on the wire") from exc
+        raise ProtocolError(f"bad dtype {s[:40]!r} on the wire") from exc
     _check_dtype(dtype)
     if len(_dtypes) < 64:
         _dtypes[s] = dtype
@@ -58,17 +61,17 @@ def _dtype_from(s: str) -> np.dtype:
 
 def _nbytes(dtype: np.dtype, shape: Sequence[int]) -> int:
     if not all(type(x) is int and x >= 0 for x in shape):
-        raise ProtocolError(f"bad array shape {list(shape)}")
+        raise ProtocolError(f"bad array shape {str(list(shape))[:100]}")
     return math.prod(shape) * dtype.itemsize
 
 
 def array_nbytes(dtype_s: str, shape: Sequence[int]) -> int:
-    return _nbytes(_dtype_from(dtype_s), shape)
+    return _nbytes(array_dtype(dtype_s), shape)
 
 
 def array_from(dtype_s: str, shape: Sequence[int], buf) -> np.ndarray:
     """A read-only array over ``buf``, after checking dtype, shape and size."""
-    dtype = _dtype_from(dtype_s)
+    dtype = array_dtype(dtype_s)
     expected = _nbytes(dtype, shape)
     mv = memoryview(buf)
     if mv.nbytes != expected:
@@ -182,4 +185,4 @@ def frames_nbytes(frames: Sequence) -> int:
     return sum(memoryview(f).nbytes for f in frames)
 
 
-__all__ = ["encode", "decode", "packb", "unpackb", "frames_nbytes", "array_from", "array_nbytes"]
+__all__ = ["encode", "decode", "packb", "unpackb", "frames_nbytes", "array_from", "array_nbytes", "array_dtype"]

@@ -50,8 +50,8 @@ main() {
     local t=$(( $(left) - 20 )); [ "$t" -gt 150 ] && t=150
     if [ "$t" -gt 30 ]; then
         rm -rf /tmp/wh-check
-        WAMCORE_PLUGIN_MODULES=wam_libero.scripted timeout "$t" wam eval --platform libero --suite libero_spatial \
-            --task "$EVAL_TASKS" --episodes 1 --am-backend libero-scripted --max-chunks 4 --json --out /tmp/wh-check \
+        timeout "$t" wam eval --platform libero --suite libero_spatial \
+            --task "$EVAL_TASKS" --episodes 1 --am-backend libero-smoke --max-chunks 4 --json --out /tmp/wh-check \
             >"$OUT/eval.json" || echo "eval FAILED rc=$?"
         cp /tmp/wh-check/episodes.jsonl "$OUT/eval_episodes.jsonl" 2>/dev/null
         cat "$OUT/eval.json"

@@ -25,7 +25,7 @@ if [ "${SKIP_SETUP:-0}" != 1 ]; then
     source bench/device/setup.sh || { echo "setup.sh FAILED"; exit 1; }
     { nproc; free -g; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; } >"$OUT/machine.txt" 2>&1
 fi
-export WAMCORE_PLUGIN_MODULES=gpu_wam,wam_libero.scripted MUJOCO_GL=${MUJOCO_GL:-egl}
+export WAMCORE_PLUGIN_MODULES=gpu_wam MUJOCO_GL=${MUJOCO_GL:-egl}
 PY=${PY:-python3}
 LIBERO="--platform libero --set suite=libero_spatial --set task=0 --max-chunks ${CHUNKS:-6} --episodes-per-env ${EPE:-2}"
 
@@ -33,7 +33,7 @@ LIBERO="--platform libero --set suite=libero_spatial --set task=0 --max-chunks $
 run_stage() { case " ${SKIP:-} " in *" $1 "*) return 1 ;; esac; return 0; }
 if run_stage 1; then
     stage "1. scripted model (CPU): the envs' own scaling"
-    timeout ${T1:-170} $PY bench/eval_throughput.py $LIBERO --backend libero-scripted --am-option chunk=16 \
+    timeout ${T1:-170} $PY bench/eval_throughput.py $LIBERO --backend libero-smoke --am-option chunk=16 \
         --num-envs "${NS_SCRIPTED:-1,4,16}" --log-dir /tmp/b-scripted --json "$OUT/scripted.json" 2>>"$OUT/stderr.log"
 fi
 if run_stage 2; then

@@ -20,9 +20,9 @@ SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 
-MUJOCO_GL=egl WAMCORE_PLUGIN_MODULES=wam_libero.scripted "$STRACE" -f -qq -e trace=%file -o "$WORK/trace" \
+MUJOCO_GL=egl "$STRACE" -f -qq -e trace=%file -o "$WORK/trace" \
     "$PY" -m wamcore eval --platform libero --suite libero_spatial --task "$TASKS" --episodes 1 \
-    --am-backend libero-scripted --max-chunks 4 --json --out "$WORK/eval" >"$WORK/stdout" 2>"$WORK/stderr" || {
+    --am-backend libero-smoke --max-chunks 4 --json --out "$WORK/eval" >"$WORK/stdout" 2>"$WORK/stderr" || {
     tail -20 "$WORK/stderr"; exit 1; }
 cat "$WORK/stdout"; echo
 

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import click
 
 from .. import __version__
-from ..errors import ConfigurationError, WamError
+from ..errors import ConfigurationError, IncompatiblePairError, UnknownIdError, WamError
 from ..registry import Registry, default_registry
 from ..specs import Option, PlatformSpec, normalize_id
 
@@ -76,12 +76,27 @@ def _click_option(opt: Option, *, hidden: bool, owner: str) -> click.Option:
             "path": click.Path(),
             "choice": click.Choice([str(c) for c in opt.choices]),
         }[opt.type]
+        if opt.choices and opt.type == "str":  # choices are enforced whatever the declared type
+            kwargs["type"] = click.Choice([str(c) for c in opt.choices])
+        elif opt.choices and opt.type in ("int", "float"):
+            kwargs["callback"] = _in_choices(opt)
         kwargs["default"] = opt.default
         kwargs["show_default"] = opt.default is not None
     param = click.Option(decls, **kwargs)
     param.wam_owner = owner  # type: ignore[attr-defined]
     param.wam_option = opt  # type: ignore[attr-defined]
     return param
+
+
+def _in_choices(opt: Option):
+    def check(ctx, param, value):
+        values = value if isinstance(value, tuple) else (value,)
+        for v in values:
+            if v is not None and v not in opt.choices:
+                raise click.BadParameter(f"{v!r} is not one of {', '.join(map(str, opt.choices))}")
+        return value
+
+    return check
 
 
 def deployment_options() -> List[click.Option]:
@@ -120,7 +135,21 @@ def deployment_options() -> List[click.Option]:
     ]
 
 
-class PairedCommand(click.Command):
+#: errors in what the user asked for: exit 2 with the command's usage line, as click's own
+CONFIGURATION_ERRORS = (ConfigurationError, UnknownIdError, IncompatiblePairError)
+
+
+class WamCommand(click.Command):
+    """A ``wam`` command: a configuration error shows this command's usage line, exit 2."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except CONFIGURATION_ERRORS as exc:
+            raise click.UsageError(str(exc), ctx) from exc
+
+
+class PairedCommand(WamCommand):
     """A command whose options depend on ``--platform`` and ``--am-backend``.
 
     The chosen platform's and backend's options are added visibly; every other plugin's
@@ -145,8 +174,12 @@ class PairedCommand(click.Command):
             backend_id = default_backend(reg, platform_key)
         try:
             backend_key = normalize_id(reg.model(backend_id).name) if backend_id else None
-        except WamError:
+        except WamError as exc:
             backend_key = None
+            if not self._platform_options and "--help" not in args and "-h" not in args:
+                # a worker: the backend must be installed here, and its unknown flags must
+                # not hide that (click would report the first one as "no such option")
+                raise click.UsageError(str(exc), ctx) from exc
         dynamic: List[click.Option] = []
         taken = {n for p in self._base_params for n in getattr(p, "opts", [])}
         groups = [("platform", n, s.options, n == platform_key) for n, s in reg.platforms().items()]
@@ -163,7 +196,16 @@ class PairedCommand(click.Command):
         self.params = self._base_params + dynamic
         ctx.meta["wam.platform"] = platform_key
         ctx.meta["wam.backend"] = backend_key
-        return super().parse_args(ctx, args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            if backend_id and backend_key is None:  # the backend's plugin lives only where its worker runs
+                name = exc.option_name.lstrip("-")
+                raise click.UsageError(
+                    f"{exc.option_name} is not an option of `wam {ctx.info_name}`, and backend {backend_id!r} is not "
+                    f"installed here, so its own options are not known here: pass it to the worker as "
+                    f"--am-option {name}=VALUE (typed there by the backend)", ctx) from exc
+            raise
 
 
 def split_plugin_options(ctx: click.Context, kwargs: Dict[str, Any], platform: str, backend: Optional[str]) -> tuple:
@@ -211,12 +253,15 @@ def _parse_am_options(pairs: Sequence[str]) -> Dict[str, str]:
 
 
 class WamGroup(click.Group):
-    """Turns our typed errors into clean CLI errors (exit 2 for usage, 1 otherwise)."""
+    """Turns our typed errors into clean CLI errors: exit 2 for configuration errors (our
+    commands show their own usage line), 1 for the rest."""
+
+    command_class = WamCommand
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except ConfigurationError as exc:
+        except CONFIGURATION_ERRORS as exc:  # from a plugin's command
             raise click.UsageError(str(exc), ctx) from exc
         except WamError as exc:
             raise click.ClickException(str(exc)) from exc
@@ -279,16 +324,30 @@ def _resolve(ctx, kwargs, preflight=None) -> tuple:
 
             pair(spec, platform, config=config.model_config(spec), registry=reg,
                  observation=platform.observation_spec(platform_opts))
-    checked = preflight(platform, platform_opts) if preflight is not None else None
-    if config is None:
-        if checked is not None:
-            checked.close()
+    if config is None:  # before the simulator is built: that can take a while, or fail for another reason
         fits = reg.models_for(platform.name)
         raise ConfigurationError(
             f"choose a model for platform {platform.name!r} with --am-backend "
             f"(installed models for it: {', '.join(fits) or 'none'})"
         )
+    _warn_ineffective(spec, config)
+    checked = preflight(platform, platform_opts) if preflight is not None else None
     return reg, platform, platform_opts, config, request, checked
+
+
+def _warn_ineffective(spec, config) -> None:
+    """Flags that would do nothing here say so instead of being silently ignored."""
+    warnings = []
+    if config.predict_future and spec is not None:
+        caps = spec.resolve(config.model_config(spec)).capabilities
+        if not (caps.future_observations or caps.values):
+            warnings.append(f"--predict-future: model {spec.name!r} predicts neither futures nor values; it changes nothing")
+    if config.mode == "in-process" and config.cuda_device is not None:
+        warnings.append("--am-cuda-device/--cuda-device set CUDA_VISIBLE_DEVICES of a worker started with --am-python; "
+                        "the model runs in this process, so they change nothing (set CUDA_VISIBLE_DEVICES yourself, "
+                        "or use the backend's own device option)")
+    for text in warnings:
+        click.echo(f"warning: {text}", err=True)
 
 
 def _worker_config(kwargs, platform: PlatformSpec, backend, deploy, passthrough, given):

@@ -41,6 +41,14 @@ def _serve_options() -> List[click.Option]:
                           "to share one model call (0 turns batching off)."),
         click.Option(["--max-batch"], type=click.IntRange(min=1), default=None,
                      help="Most predictions in one model call (default and cap: the model's own max_batch)."),
+        click.Option(["--max-sessions"], type=click.IntRange(min=1), default=256, show_default=True,
+                     help="Most open client sessions; at the limit a new one replaces the oldest never used."),
+        click.Option(["--max-local-connections"], type=click.IntRange(min=1), default=128, show_default=True,
+                     help="Most connections to the same-host Unix channel (more clients use ZeroMQ)."),
+        click.Option(["--max-message-mb"], type=click.FloatRange(min=0.001), default=256.0, show_default=True,
+                     help="Largest request, in MiB (frames, or shared-memory arrays of one request)."),
+        click.Option(["--message-timeout"], type=click.FloatRange(min=0.001), default=10.0, show_default=True,
+                     help="Seconds one message may take to arrive on the Unix channel."),
         o("--cuda-device", "--am-cuda-device", "cuda_device", default=None,
           help="CUDA_VISIBLE_DEVICES for this worker (set before the model loads; default: inherited)."),
     ]
@@ -90,6 +98,9 @@ def serve(ctx, **kwargs):
     service = ModelService(spec, config)
     rpc_server.serve(service, host=host, port=port, token=token, session_ttl_s=kwargs.pop("session_ttl"),
                      ready_file=kwargs.pop("ready_file"), aliases=spec.aliases,
-                     batch_window_s=kwargs.pop("batch_window_ms") / 1000.0, max_batch=kwargs.pop("max_batch"))
+                     batch_window_s=kwargs.pop("batch_window_ms") / 1000.0, max_batch=kwargs.pop("max_batch"),
+                     max_sessions=kwargs.pop("max_sessions"), max_connections=kwargs.pop("max_local_connections"),
+                     max_message_bytes=int(kwargs.pop("max_message_mb") * (1 << 20)),
+                     message_timeout_s=kwargs.pop("message_timeout"))
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Optional
 from ..errors import ConfigurationError
 from ..specs import normalize_id
 from .client import DEFAULT_CONNECT_TIMEOUT_S, RemoteModel
-from .protocol import AccessDenied, SessionNotFound
+from .protocol import AccessDenied, SessionNotFound, WorkerBusy
 from .server import WorkerServer, serve
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,7 +51,9 @@ def open_remote(config: "WorkerConfig", *, registry: Optional["Registry"] = None
     from ..runtime import ENDPOINT, spawn_worker
 
     if config.mode == ENDPOINT:
-        model = RemoteModel(config.endpoint, token=config.token, timeout_s=config.timeout_s)
+        # --am-timeout also bounds the wait for the first answer (nothing listening: say so soon)
+        connect = min(DEFAULT_CONNECT_TIMEOUT_S, config.timeout_s) if config.timeout_s else DEFAULT_CONNECT_TIMEOUT_S
+        model = RemoteModel(config.endpoint, token=config.token, timeout_s=config.timeout_s, connect_timeout_s=connect)
         try:
             _check_backend(model, config.backend, registry)
         except BaseException:
@@ -80,5 +82,6 @@ __all__ = [
     "open_remote",
     "SessionNotFound",
     "AccessDenied",
+    "WorkerBusy",
     "DEFAULT_CONNECT_TIMEOUT_S",
 ]

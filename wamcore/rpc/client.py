@@ -9,8 +9,9 @@ can execute it. What it adds is the transport:
   late answer is recognised by its id and dropped;
 * a deadline on every call: the model's declared ``timeout_s`` (or the caller's override)
   for ``predict``/``reset``, ``connect_timeout_s`` for the rest. Nothing waits forever;
-* prompt failure when the worker goes away mid-call (a socket monitor sees the
-  disconnect; for a worker we own, the process is polled too);
+* prompt failure when the worker goes away, mid-call or between calls (a socket monitor
+  follows the connection; for a worker we own, the process is polled too): a call to a
+  worker that is gone fails at once with ``WorkerError``, not at its deadline;
 * reconnection: ZeroMQ reconnects by itself, and when a restarted worker (or an idle
   expiry) no longer knows our session, the client opens a new one, checks that the
   worker still serves the same contract, and retries the call once.
@@ -41,7 +42,11 @@ log = logging.getLogger("wamcore.rpc")
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
 _SLICE_S = 0.25  # how often a waiting call looks at the worker process and the monitor
 _BYE_TIMEOUT_S = 0.5
+#: how long a call waits for ZeroMQ to reconnect to a worker whose connection closed
+#: (a worker restarted on the same address is back within its reconnect interval)
+_RECONNECT_GRACE_S = 2.0
 _ZERO_COPY_FROM = 64 * 1024
+_POLLIN = int(zmq.POLLIN)  # a plain int: operations on zmq's enum flags build new enum objects
 
 
 class RemoteModel(ModelClient):
@@ -93,7 +98,8 @@ class RemoteModel(ModelClient):
         self._sock.setsockopt(zmq.RECONNECT_IVL, 100)
         self._sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
         self._sock.setsockopt(zmq.SNDTIMEO, int(self.connect_timeout_s * 1000))
-        self._monitor = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._monitor = self._sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        self._peer_up: Optional[bool] = None  # unknown until the first connection
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
         self._poller.register(self._monitor, zmq.POLLIN)
@@ -114,9 +120,10 @@ class RemoteModel(ModelClient):
     def _predict(self, request: PredictRequest) -> Prediction:
         args = {"request": request.to_wire()}
         while True:
-            arena = self._arena_in_use()
             try:
-                return Prediction.from_wire(self._session_call("predict", args, self.predict_timeout_s, arena=arena))
+                result = self._session_call("predict", args, self.predict_timeout_s, shared=self.shared_memory)
+                self._shm_refusals = 0
+                return Prediction.from_wire(result)
             except shm.SharedMemoryUnavailable as exc:
                 self._retire_arena()
                 self._shm_refusals += 1
@@ -128,9 +135,7 @@ class RemoteModel(ModelClient):
                 self._retire_arena()
                 raise
 
-    def _arena_in_use(self) -> Optional[shm.Arena]:
-        if not self.shared_memory:
-            return None
+    def _arena_in_use(self) -> shm.Arena:
         if self._arena is None:
             self._arena = shm.Arena(1 << 20)
         return self._arena
@@ -192,18 +197,19 @@ class RemoteModel(ModelClient):
         result = self._call("hello", None, self.connect_timeout_s, session=False)
         info = ModelInfo.from_wire(result["info"])
         self.session = result["session"]
+        self._retire_arena()  # a worker keeps segments per session: a new one needs a new segment
         self.worker_id = result["worker"]
         self._close_channel()
         self._local_address = result.get("local") if self.local_channel else None
         self.aliases = tuple(result.get("aliases") or ())
         return info
 
-    def _session_call(self, method: str, args: Optional[dict], timeout_s: float, arena: Optional[shm.Arena] = None) -> Any:
+    def _session_call(self, method: str, args: Optional[dict], timeout_s: float, shared: bool = False) -> Any:
         try:
-            return self._call(method, args, timeout_s, arena=arena)
+            return self._call(method, args, timeout_s, shared=shared)
         except SessionNotFound as exc:
             self._reopen(exc)
-            return self._call(method, args, timeout_s, arena=self._arena if arena is not None else None)
+            return self._call(method, args, timeout_s, shared=shared)
 
     def _reopen(self, cause: Exception) -> None:
         """A new session after a worker restart or an idle expiry; same contract required."""
@@ -222,22 +228,26 @@ class RemoteModel(ModelClient):
         log.warning("worker at %s lost our session (%s); opened a new one, model state of the old one is gone",
                     self.endpoint, cause)
 
-    def _call(
-        self, method: str, args: Optional[dict], timeout_s: float, *, session: bool = True, arena: Optional[shm.Arena] = None
-    ) -> Any:
+    def _call(self, method: str, args: Optional[dict], timeout_s: float, *, session: bool = True, shared: bool = False) -> Any:
+        """One request; ``shared``: large arrays through shared memory (local channel only)."""
         if self._sock.closed:
             raise WorkerError(f"connection to {self.endpoint} is closed")
         rid = next(self._ids)
         msg = protocol.request(rid, method, session=self.session if session else None, token=self.token, args=args)
-        frames = self._encode(msg, arena)
         channel = self._channel_for(method)
-        if channel is None:
-            self._drain_monitor()  # forget disconnects that happened between calls
-        else:
-            reply = self._call_local(channel, frames, rid, method, timeout_s)
-            if reply.get("ok"):
-                return reply.get("result")
-            raise protocol.rebuild_error(reply.get("error") or {})
+        if channel is not None:
+            frames = self._encode(msg, self._arena_in_use() if shared else None)
+            arena = self._arena if shared else None  # a larger one when the request did not fit
+            reply = self._call_local(channel, frames, rid, method, timeout_s, arena)
+            if reply is not None:
+                if reply.get("ok"):
+                    return reply.get("result")
+                raise protocol.rebuild_error(reply.get("error") or {})
+            # the request was not delivered there (a new connection refused): it goes over ZeroMQ
+        frames = wire.encode(msg)
+        self._drain_monitor()
+        if self._peer_up is False:
+            self._await_peer(method, timeout_s)
         try:
             # zero-copy pays off for big frames only; small ones are cheaper copied
             self._sock.send_multipart(frames, copy=wire.frames_nbytes(frames) < _ZERO_COPY_FROM)
@@ -249,6 +259,22 @@ class RemoteModel(ModelClient):
         if reply.get("ok"):
             return reply.get("result")
         raise protocol.rebuild_error(reply.get("error") or {})
+
+    def _await_peer(self, method: str, timeout_s: float) -> None:
+        """The connection closed since the last call: wait briefly for ZeroMQ to reconnect
+        (a worker restarted on the same address), else report the worker gone now."""
+        deadline = time.monotonic() + min(timeout_s, _RECONNECT_GRACE_S)
+        while self._peer_up is False:
+            if self._alive is not None and not self._alive():
+                raise WorkerError(f"the worker at {self.endpoint} exited before {method}{self._exit_note()}")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WorkerError(
+                    f"the worker at {self.endpoint} is gone: its connection closed and nothing accepts one there"
+                    f"{self._exit_note()}; start it again (the next call reconnects)"
+                )
+            if self._monitor.poll(remaining * 1000):
+                self._drain_monitor()
 
     def _channel_for(self, method: str) -> Optional[local.LocalChannel]:
         """The local channel for this call, if the worker offered one and it is healthy."""
@@ -266,15 +292,30 @@ class RemoteModel(ModelClient):
             return None
         return self._channel
 
-    def _call_local(self, channel: local.LocalChannel, frames: list, rid: int, method: str, timeout_s: float) -> dict:
+    def _call_local(self, channel: local.LocalChannel, frames: list, rid: int, method: str, timeout_s: float,
+                    arena: Optional[shm.Arena]) -> Optional[dict]:
+        """The answer over the local channel; None when the request was not delivered (the
+        worker refused a new connection over its cap, or had closed this one): the caller
+        then sends it over ZeroMQ. A segment the worker has not got yet travels with it."""
+        fresh = not channel.answered
+        fds = [arena.fd] if arena is not None and arena.used and not arena.sent else []
+        if fds:
+            arena.sent = True
         try:
-            reply = channel.call(frames, time.monotonic() + timeout_s)
+            reply = channel.call(frames, time.monotonic() + timeout_s, fds)
         except WorkerTimeout:
             self._close_channel()  # its late answer must not meet the next request
             raise WorkerTimeout(
                 f"no answer to {method} from the worker at {self.endpoint} within {timeout_s:g} s; "
                 "raise the limit with --am-timeout if the model is just slow"
             ) from None
+        except local.NotDelivered as exc:
+            self._close_channel()
+            if arena is not None and fds:
+                arena.sent = False
+            if fresh:
+                self._no_local(exc)
+            return None
         except (OSError, ProtocolError) as exc:
             self._close_channel()
             raise WorkerError(
@@ -285,10 +326,19 @@ class RemoteModel(ModelClient):
             self._close_channel()
             raise
         answer = protocol.check_envelope(wire.decode(reply), protocol.RESPONSE)
+        if fresh and answer.get("id") is None and (answer.get("error") or {}).get("type") == "WorkerBusy":
+            self._close_channel()
+            self._no_local(answer["error"].get("message"))
+            return None
         if answer.get("id") not in (rid, None):
             self._close_channel()
             raise ProtocolError(f"local channel: answer to request {answer.get('id')} while waiting for {rid}")
+        channel.answered = True
         return answer
+
+    def _no_local(self, why: Any) -> None:
+        log.info("worker at %s refused a local connection (%s); using ZeroMQ", self.endpoint, why)
+        self._local_address = None
 
     def _close_channel(self) -> None:
         if self._channel is not None:
@@ -321,11 +371,13 @@ class RemoteModel(ModelClient):
                 raise WorkerError(f"the worker at {self.endpoint} exited during {method}{self._exit_note()}")
 
     def _drain_monitor(self) -> bool:
-        """Consume queued monitor events; True if one was a disconnect."""
+        """Consume queued monitor events (following the connection's state); True if one
+        was a disconnect."""
         lost = False
-        while self._monitor.get(zmq.EVENTS) & zmq.POLLIN:  # cheaper than poll(0) on the hot path
-            event = recv_monitor_message(self._monitor)
-            lost = lost or event["event"] == zmq.EVENT_DISCONNECTED
+        while self._monitor.get(zmq.EVENTS) & _POLLIN:  # cheaper than poll(0) on the hot path
+            event = recv_monitor_message(self._monitor)["event"]
+            lost = lost or event == zmq.EVENT_DISCONNECTED
+            self._peer_up = event == zmq.EVENT_CONNECTED
         return lost
 
     def _exit_note(self) -> str:

@@ -20,8 +20,8 @@ a :class:`~wamcore.errors.ProtocolError` that says so (the envelope keeps ``type
 ``id`` at the top so that even a future version can be told apart). The ``id`` pairs a
 response with its request: a client that gave up on a request (timeout) drops the late
 answer when it arrives instead of mistaking it for the next one, which is why clients use
-DEALER sockets and not REQ (a REQ socket is stuck after a lost reply; see
-``../shared/reference/rpc_perf.md``, "Recommendation", for the transport measurements).
+DEALER sockets and not REQ (a REQ socket must alternate send and receive, so it is stuck
+after a lost reply; docs/performance.md has the transport measurements).
 
 Errors travel by class name. :func:`rebuild_error` turns a wamcore error back into its own
 class (``except ObservationError`` works across processes, ``.problems`` included) with the
@@ -60,6 +60,11 @@ class AccessDenied(WorkerError):
     """The worker requires a shared token and the request did not carry the right one."""
 
 
+class WorkerBusy(WorkerError):
+    """The worker is at one of its limits (open sessions, local connections); the message
+    names the limit and the option that raises it."""
+
+
 def _wam_error_classes() -> Dict[str, type]:
     table = {
         name: obj
@@ -68,7 +73,8 @@ def _wam_error_classes() -> Dict[str, type]:
     }
     from .shm import SharedMemoryUnavailable
 
-    table.update(SessionNotFound=SessionNotFound, AccessDenied=AccessDenied, SharedMemoryUnavailable=SharedMemoryUnavailable)
+    table.update(SessionNotFound=SessionNotFound, AccessDenied=AccessDenied, WorkerBusy=WorkerBusy,
+                 SharedMemoryUnavailable=SharedMemoryUnavailable)
     return table
 
 
@@ -76,14 +82,36 @@ def _wam_error_classes() -> Dict[str, type]:
 ERROR_CLASSES: Dict[str, type] = _wam_error_classes()
 
 _PLAIN = (str, int, float, bool, type(None))
+#: what an error answer may carry: the worker never sends back (or logs) unbounded data a
+#: client sent, whatever ends up in an exception's message
+MAX_MESSAGE_CHARS = 2000
+MAX_TRACEBACK_CHARS = 8000
+MAX_FIELD_ITEMS = 50
+#: sizes of the envelope's routing fields (ids are numbers; sessions and methods short names)
+MAX_ID = 2**63 - 1
+MAX_NAME_CHARS = 64
+MAX_TOKEN_CHARS = 1024
+
+
+def shorten(text: str, limit: int = 200, *, keep_end: bool = False) -> str:
+    """``text`` cut to about ``limit`` characters, saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    cut = f" [... {len(text) - limit} more characters]"
+    return (cut + text[-limit:]) if keep_end else (text[:limit] + cut)
 
 
 def _plain(value: Any) -> Any:
-    """A JSON-like copy of an exception attribute, or ``None`` when it is not plain data."""
+    """A JSON-like, size-bounded copy of an exception attribute, or ``None`` when it is not plain data."""
+    if isinstance(value, str):
+        return shorten(value, 500)
     if isinstance(value, _PLAIN):
         return value
     if isinstance(value, (list, tuple)) and all(isinstance(v, _PLAIN) for v in value):
-        return list(value)
+        items = [shorten(v, 500) if isinstance(v, str) else v for v in value[:MAX_FIELD_ITEMS]]
+        if len(value) > MAX_FIELD_ITEMS:
+            items.append(f"... and {len(value) - MAX_FIELD_ITEMS} more")
+        return items
     return None
 
 
@@ -104,7 +132,8 @@ def response(rid: Any, worker: str, result: Any = None) -> dict:
 
 
 def error_response(rid: Any, worker: str, exc: BaseException) -> dict:
-    """An error response carrying the class name, message, traceback and plain attributes."""
+    """An error response carrying the class name, message, traceback and plain attributes,
+    each bounded in size."""
     fields = {}
     for key, value in vars(exc).items():
         if key.startswith("_") or key == "remote_traceback":
@@ -112,6 +141,7 @@ def error_response(rid: Any, worker: str, exc: BaseException) -> dict:
         plain = _plain(value)
         if plain is not None:
             fields[key] = plain
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return {
         "type": RESPONSE,
         "v": PROTOCOL_VERSION,
@@ -120,22 +150,60 @@ def error_response(rid: Any, worker: str, exc: BaseException) -> dict:
         "ok": False,
         "error": {
             "type": type(exc).__name__,
-            "message": str(exc),
-            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+            "message": shorten(str(exc), MAX_MESSAGE_CHARS),
+            "traceback": shorten(tb, MAX_TRACEBACK_CHARS, keep_end=True),
             "fields": fields,
         },
     }
+
+
+def request_id(msg: Any) -> Optional[int]:
+    """The request's id if it is one a worker may echo (a non-negative int64), else None."""
+    rid = msg.get("id") if isinstance(msg, dict) else None
+    return rid if type(rid) is int and 0 <= rid <= MAX_ID else None
+
+
+def check_request(msg: Any) -> Mapping:
+    """A request of our protocol version whose routing fields have the types and sizes they
+    must have; anything else is a ProtocolError that repeats none of the client's data."""
+    check_envelope(msg, REQUEST)
+    rid, method, session, token, args = msg.get("id"), msg.get("method"), msg.get("session"), msg.get("token"), msg.get("args")
+    if ((rid is None or (type(rid) is int and 0 <= rid <= MAX_ID)) and type(method) is str and len(method) <= MAX_NAME_CHARS
+            and (session is None or (type(session) is str and len(session) <= MAX_NAME_CHARS))
+            and (token is None or (type(token) is str and len(token) <= MAX_TOKEN_CHARS))
+            and (args is None or type(args) is dict)):
+        return msg  # the common case, in one expression
+    problems = []
+    if msg.get("id") is not None and request_id(msg) is None:
+        problems.append("id must be a non-negative 64-bit integer")
+    for key, limit, required in (("method", MAX_NAME_CHARS, True), ("session", MAX_NAME_CHARS, False),
+                                 ("token", MAX_TOKEN_CHARS, False)):
+        value = msg.get(key)
+        if value is None and not required:
+            continue
+        if not isinstance(value, str) or len(value) > limit:
+            problems.append(f"{key} must be a string of at most {limit} characters")
+    if msg.get("args") is not None and not isinstance(msg.get("args"), dict):
+        problems.append("args must be a map")
+    if problems:
+        raise ProtocolError("malformed request: " + "; ".join(problems))
+    return msg
+
+
+def _brief(value: Any) -> str:
+    return shorten(repr(value), 40) if isinstance(value, (str, int, float, bool, type(None))) else type(value).__name__
 
 
 def check_envelope(msg: Any, kind: str) -> Mapping:
     """The message as a mapping of ``kind`` in our protocol version, or ProtocolError."""
     if not isinstance(msg, Mapping):
         raise ProtocolError(f"expected an {kind} message (a map), got {type(msg).__name__}")
-    if msg.get("type") != kind:
-        raise ProtocolError(f"expected an {kind!r} message, got type {msg.get('type')!r}")
-    if msg.get("v") != PROTOCOL_VERSION:
+    kind_given, version = msg.get("type"), msg.get("v")
+    if not (isinstance(kind_given, str) and kind_given == kind):  # a client's value: never compare arrays
+        raise ProtocolError(f"expected an {kind!r} message, got type {_brief(kind_given)}")
+    if not (type(version) is int and version == PROTOCOL_VERSION):
         raise ProtocolError(
-            f"peer speaks wamcore worker protocol version {msg.get('v')!r}, this side speaks "
+            f"peer speaks wamcore worker protocol version {_brief(version)}, this side speaks "
             f"{PROTOCOL_VERSION}; install the same wamcore version in both environments"
         )
     return msg
@@ -190,8 +258,13 @@ def normalize_endpoint(endpoint: str) -> str:
         return endpoint
     if "://" in endpoint:
         scheme = endpoint.split("://", 1)[0]
+        extra = ""
+        if scheme.lower() in ("http", "https", "ws", "wss"):
+            extra = (" That address is a server of another protocol: a backend that talks to one (an SGLang "
+                     "or policy server) takes it in its own option (`wam run --am-backend NAME --help` lists them).")
         raise _errors.ConfigurationError(
-            f"--am-endpoint {endpoint!r}: wamcore workers speak ZeroMQ; use tcp://HOST:PORT (not {scheme}://)"
+            f"--am-endpoint {endpoint!r}: wamcore workers (`wam serve`) speak ZeroMQ: use the tcp://HOST:PORT of "
+            f"the worker's ready line (not {scheme}://).{extra}"
         )
     host, sep, port = endpoint.rpartition(":")
     if not sep or not port.isdigit():
@@ -207,7 +280,11 @@ __all__ = [
     "ERROR_CLASSES",
     "SessionNotFound",
     "AccessDenied",
+    "WorkerBusy",
     "request",
+    "request_id",
+    "check_request",
+    "shorten",
     "response",
     "error_response",
     "check_envelope",

@@ -8,13 +8,18 @@ goes wrong while answering becomes a typed error response and the worker keeps s
 Sessions: ``hello`` opens one per client (the worker picks the id); ``predict`` and
 ``reset`` name it, so a stateful model (``uses_sessions``) keeps one state per client and a
 reset touches only that client's. Sessions idle for longer than ``session_ttl_s`` are
-dropped (default one hour, as RPent's ``DEFAULT_SESSION_TIMEOUT_S``,
-``../shared/reference/rpent_rlinf_wam.md`` §2), and so is a session whose client says
-``bye``.
+dropped (default one hour, as RPent's ``DEFAULT_SESSION_TIMEOUT_S`` in RLinf/RPent
+``rpent/utils/rpc/rpc_facade.py``), and so is a session whose client says ``bye``.
+
+Limits (docs/security.md): open sessions (``max_sessions``: at the limit, ``hello`` drops
+the oldest session that never made a call, else answers ``WorkerBusy``), local connections,
+message size, and the time one message may take to arrive. Every request is checked in
+this order, before anything else is touched: envelope types and sizes, token, method,
+session; only then are its shared-memory references read (``.shm``).
 
 Lifetime: :func:`watch_parent` makes a spawned worker exit when its parent dies, even by
 SIGKILL: it reads stdin until EOF (the parent holds the pipe's write end; the kernel closes
-it when the parent dies) and, on Linux, asks for SIGTERM at parent death
+it when the parent dies) and, on Linux, asks for a parent-death signal
 (``PR_SET_PDEATHSIG``), which also covers a parent whose forked children still hold the
 pipe. Either way the worker stops serving, closes the model, and is forced out after a
 short grace period if the model does not let go.
@@ -33,9 +38,11 @@ import sys
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, TextIO
 
 import attrs
+import msgpack
 import zmq
 
 from .. import __version__, wire
@@ -43,14 +50,23 @@ from ..contracts import PROTOCOL_VERSION, PredictRequest
 from ..errors import ConfigurationError, ProtocolError
 from ..service import ModelService
 from . import protocol
-from .protocol import AccessDenied, SessionNotFound
-from . import local
-from .local import LocalListener
-from .shm import SharedSegments
+from .protocol import AccessDenied, SessionNotFound, WorkerBusy
+from . import local, shm
+from .local import LocalListener, ServerConn
 
 log = logging.getLogger("wamcore.worker")
 
 DEFAULT_SESSION_TTL_S = 3600.0
+DEFAULT_MAX_SESSIONS = 256
+#: connections to the local Unix channel; a client over the cap uses ZeroMQ
+DEFAULT_MAX_CONNECTIONS = 128
+#: largest request (all frames, or all shared-memory arrays of one request)
+DEFAULT_MAX_MESSAGE_BYTES = 256 << 20
+#: how long one message may take to arrive on the local channel
+DEFAULT_MESSAGE_TIMEOUT_S = 10.0
+_ACCEPT_BACKOFF_S = 1.0  # out of descriptors: stop accepting local connections this long
+# plain ints: zmq's flags are enums, and each operation on one builds a new enum object
+_POLLIN, _POLLOUT, _POLLERR = int(zmq.POLLIN), int(zmq.POLLOUT), int(zmq.POLLERR)
 #: how long a predict request of a batching model waits for requests of other sessions
 DEFAULT_BATCH_WINDOW_S = 0.002
 _MAX_DRAIN = 64  # ZeroMQ messages taken per wake-up
@@ -80,27 +96,50 @@ class _Stop:
             timer.start()
 
 
-def _set_pdeathsig() -> None:
-    """Linux: deliver SIGTERM to this process when the parent that spawned it dies."""
-    if not sys.platform.startswith("linux"):
-        return
+def _parent_death_signal() -> int:
+    """A signal of our own for PR_SET_PDEATHSIG, so that its handler can check the parent."""
+    return signal.SIGRTMIN + 2 if hasattr(signal, "SIGRTMIN") else signal.SIGUSR2
+
+
+def _set_pdeathsig(signum: int) -> bool:
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
         PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        return libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
     except (OSError, AttributeError):  # not glibc: the stdin watch still works
         log.debug("prctl(PR_SET_PDEATHSIG) unavailable", exc_info=True)
+        return False
 
 
 def watch_parent() -> None:
-    """Stop this process when its parent dies (stdin EOF, and PDEATHSIG on Linux)."""
+    """Stop this process when its parent process dies (stdin EOF, and PDEATHSIG on Linux).
+
+    The kernel sends the parent-death signal when the *thread* that started this process
+    ends, even if its process lives on (a worker opened from a thread that finished). So
+    the signal is a dedicated one, and its handler stops the worker only when the parent
+    process is gone (this process was reparented); SIGTERM still stops it at once."""
     install_signal_handlers()
-    _set_pdeathsig()
-    expected = os.environ.get(PARENT_PID_ENV)
-    if expected and expected.isdigit() and os.getppid() != int(expected):
-        _Stop.request(f"parent {expected} died before the worker started watching it")
+    expected = os.environ.get(PARENT_PID_ENV, "")
+    parent = int(expected) if expected.isdigit() else os.getppid()
+
+    def check(why: str) -> None:
+        if os.getppid() != parent:
+            _Stop.request(f"parent {parent} died {why}")
+
+    check("before the worker started watching it")
+    if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread():
+        signum = _parent_death_signal()
+
+        def on_parent_death(signum, frame) -> None:
+            check("(parent-death signal)")
+            if not _Stop.event.is_set():
+                log.info("the thread that started this worker ended; its process %d runs on, so does the worker", parent)
+
+        signal.signal(signum, on_parent_death)
+        if _set_pdeathsig(signum):
+            check("before the worker started watching it")  # it may have died while we set up
 
     def read_stdin() -> None:
         # the raw fd, not sys.stdin: a daemon thread blocked inside a buffered reader's
@@ -196,6 +235,10 @@ class WorkerServer:
         aliases: tuple = (),
         batch_window_s: float = DEFAULT_BATCH_WINDOW_S,
         max_batch: Optional[int] = None,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        message_timeout_s: float = DEFAULT_MESSAGE_TIMEOUT_S,
     ):
         check_bind(host, token)
         self.service = service
@@ -206,20 +249,39 @@ class WorkerServer:
         self._batches: Dict[int, int] = {}  # group size -> how many groups
         self.token = token or None
         self.session_ttl_s = float(session_ttl_s)
+        self.max_sessions = max(1, int(max_sessions))
+        self.message_timeout_s = float(message_timeout_s)
         self.instance = uuid.uuid4().hex
         self.info = attrs.evolve(service.info, details={**service.info.details, "worker": worker_details()})
         self._info_wire = self.info.to_wire()
         self._aliases = list(aliases)
         self._sessions: Dict[str, _Session] = {}
+        self._fresh: "OrderedDict[str, None]" = OrderedDict()  # sessions that never made a call, oldest first
         self._started = time.monotonic()
         self._served: Dict[str, int] = {}
         self._errors = 0
         self._stopping = False
-        self._shared = SharedSegments(enabled=protocol.is_loopback(host))
-        self._local = LocalListener(self.instance) if protocol.is_loopback(host) and local.supported() else None
+        self._accept_paused_until: Optional[float] = None
+        loopback = protocol.is_loopback(host)
+        # a quarter of the descriptors for local connections, a quarter of them as the number
+        # of mapped segments: the rest stays for ZeroMQ (new clients) and the model
+        quarter = max(1, fd_limit() // 4)
+        if max_connections > quarter:
+            log.info("local connections: at most %d (a quarter of the %d descriptors this process may open)",
+                     quarter, fd_limit())
+            max_connections = quarter
+        self._shared = shm.SharedSegments(enabled=loopback, max_bytes=max_message_bytes, max_open=quarter)
+        self._local = LocalListener(self.instance, max_connections, max_message_bytes) if loopback and local.supported() else None
+        # answers that cannot fail: for an answer that could not be encoded, and for a
+        # local connection over the cap
+        self._fallback = [self._static_error("ProtocolError", "the worker could not encode the answer to this request")]
+        self._busy = [self._static_error("WorkerBusy", f"this worker has {max_connections} local connections, its limit; "
+                                         "the client uses ZeroMQ instead")]
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 1000)  # let the answer to "shutdown" leave
+        self._sock.setsockopt(zmq.MAXMSGSIZE, int(max_message_bytes))  # a larger frame disconnects its sender
+        self._sock.setsockopt(zmq.RCVHWM, 64)  # per client: past it, ZeroMQ stops reading that client
         if ":" in host.strip("[]"):
             self._sock.setsockopt(zmq.IPV6, 1)
         try:
@@ -229,6 +291,11 @@ class WorkerServer:
             raise ConfigurationError(f"cannot bind {host}:{port}: {exc}") from exc
         self.endpoint = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.port = int(self.endpoint.rsplit(":", 1)[1])
+
+    def _static_error(self, kind: str, message: str) -> bytes:
+        error = {"type": kind, "message": message, "traceback": "", "fields": {}}
+        return msgpack.packb({"type": protocol.RESPONSE, "v": PROTOCOL_VERSION, "id": None, "worker": self.instance,
+                              "ok": False, "error": error}, use_bin_type=True)
 
     # ------------------------------------------------------------------ announcement
 
@@ -277,18 +344,22 @@ class WorkerServer:
                 timeout = _POLL_MS
                 if self._pending:  # wake up when the batch's window closes
                     timeout = max(0, math.ceil((self._pending_until - time.monotonic()) * 1000))
-                for item, _ in poller.poll(timeout):
-                    if item is self._sock:
-                        self._handle_zmq()
-                    elif self._local is not None and item == self._local.sock.fileno():  # raw sockets poll as fds
-                        conn = self._local.accept()
-                        if conn is not None:
-                            poller.register(conn, zmq.POLLIN)
-                    else:
-                        self._handle_local(item)
+                for item, events in poller.poll(timeout):
+                    try:
+                        if item is self._sock:
+                            self._handle_zmq()
+                        elif self._local is not None and item == self._local.sock.fileno():  # raw sockets poll as fds
+                            self._accept()
+                        else:
+                            self._handle_local(item, events)
+                    except Exception:  # one client's trouble never takes the worker down
+                        log.exception("unexpected error while serving a request; the worker goes on")
                 now = time.monotonic()
                 if self._pending and now >= self._pending_until:
                     self._flush()
+                if self._accept_paused_until is not None and now >= self._accept_paused_until:
+                    self._accept_paused_until = None
+                    poller.register(self._local.sock, zmq.POLLIN)
                 if now >= next_sweep:
                     self._sweep(now)
                     next_sweep = now + 1.0
@@ -304,58 +375,99 @@ class WorkerServer:
             def reply(out: list, identity=identity) -> None:
                 self._sock.send_multipart([identity, *out], copy=wire.frames_nbytes(out) < 64 * 1024)
 
-            self._serve(frames[1:], reply)
-            if not self._sock.get(zmq.EVENTS) & zmq.POLLIN:
+            self._serve(frames[1:], reply=reply)
+            if not self._sock.get(zmq.EVENTS) & _POLLIN:
                 return
 
-    def _handle_local(self, fd: int) -> None:
+    def _accept(self) -> None:
+        try:
+            conn, refused = self._local.accept()
+        except OSError as exc:  # out of descriptors: pause the local channel, keep serving
+            log.warning("cannot accept a local connection (%s); pausing the local channel for %g s",
+                        exc.strerror, _ACCEPT_BACKOFF_S)
+            self._poller.unregister(self._local.sock)
+            self._accept_paused_until = time.monotonic() + _ACCEPT_BACKOFF_S
+            return
+        if refused is not None:  # over the cap: say so (the client then uses ZeroMQ) and close
+            try:
+                refused.setblocking(False)
+                local.send_frames(refused, self._busy)
+            except OSError:
+                pass
+            refused.close()
+        elif conn is not None:
+            self._poller.register(conn.fd, _POLLIN)
+
+    def _handle_local(self, fd: int, events: int) -> None:
         conn = self._local.conns.get(fd)
         if conn is None:
             return
         try:
-            body = local.recv_frames(conn)
+            if events & _POLLOUT and not conn.flush():
+                self._poller.register(fd, _POLLIN)  # all sent: stop watching for room
+            if not events & (_POLLIN | _POLLERR):
+                return
+            message = conn.read()
         except (OSError, ProtocolError) as exc:  # the client went away or broke the framing
             self._drop_local(conn, exc)
             return
+        if message is None:
+            return
 
         def reply(out: list) -> None:
+            if self._local.conns.get(conn.fd) is not conn:  # dropped while its request waited
+                return
             try:
-                local.send_frames(conn, out)
-            except OSError as exc:
+                if conn.send(out):
+                    self._poller.register(conn.fd, _POLLIN | _POLLOUT)
+            except (OSError, ProtocolError) as exc:
                 self._drop_local(conn, exc)
 
-        self._serve(body, reply)
+        self._serve(*message, reply=reply)
 
-    def _drop_local(self, conn, why: Exception) -> None:
-        if self._local.conns.get(conn.fileno()) is conn:
-            log.info("local connection closed: %s", why)
-            self._poller.unregister(conn)
+    def _drop_local(self, conn: ServerConn, why: Any) -> None:
+        if self._local.conns.get(conn.fd) is conn:
+            log.info("local connection closed: %s", protocol.shorten(str(why)))
+            self._poller.unregister(conn.fd)
             self._local.drop(conn)
 
-    def _serve(self, body: list, reply: Callable[[list], None]) -> None:
+    def _serve(self, body: list, fds: List[int] = (), *, reply: Callable[[list], None]) -> None:
         """Answer one request through ``reply``: now, or when its batch runs. Every failure
-        becomes a typed error answer."""
+        becomes a typed error answer. ``fds``: descriptors the request carried (local channel)."""
         rid: Any = None
+        fds = list(fds)
         try:
-            msg = wire.decode(body, shared=self._shared.resolve)
-            if isinstance(msg, dict):
-                rid = msg.get("id")
-            protocol.check_envelope(msg, protocol.REQUEST)
-            result = self._dispatch(msg, rid, reply)
+            refs: List[shm.Reference] = []
+
+            def shared(data: bytes) -> shm.Reference:  # read only once the request is authenticated
+                refs.append(shm.Reference(data))
+                return refs[-1]
+
+            msg = wire.decode(body, shared=shared)
+            rid = protocol.request_id(msg)
+            protocol.check_request(msg)
+            result = self._dispatch(msg, rid, reply, refs, fds)
             if result is _DEFERRED:
                 return
             out = wire.encode(protocol.response(rid, self.instance, result))
         except Exception as exc:  # every failure goes back typed; the worker keeps serving
             out = self._error(rid, exc)
+        finally:
+            shm.close_fds(fds)  # those the request did not hand over
         reply(out)
 
     def _error(self, rid: Any, exc: Exception) -> list:
+        """The encoded error answer; never raises (a fixed answer when encoding fails)."""
         self._errors += 1
-        log.info("request %r failed: %s: %s", rid, type(exc).__name__, exc)
-        return wire.encode(protocol.error_response(rid, self.instance, exc))
+        try:
+            log.info("request %r failed: %s: %s", rid, type(exc).__name__, protocol.shorten(str(exc), 300))
+            return wire.encode(protocol.error_response(rid, self.instance, exc))
+        except Exception:
+            return self._fallback
 
-    def _dispatch(self, msg: dict, rid: Any, reply: Callable[[list], None]) -> Any:
-        method = msg.get("method")
+    def _dispatch(self, msg: dict, rid: Any, reply: Callable[[list], None], refs: List[shm.Reference],
+                  fds: List[int]) -> Any:
+        method = msg["method"]
         if self.token is not None:
             given = msg.get("token")
             if not isinstance(given, str) or not hmac.compare_digest(given.encode(), self.token.encode()):
@@ -363,19 +475,25 @@ class WorkerServer:
         if method not in protocol.METHODS:
             raise ProtocolError(f"unknown method {method!r}; a worker answers {', '.join(protocol.METHODS)}")
         args = msg.get("args") or {}
-        if not isinstance(args, dict):
-            raise ProtocolError(f"args must be a map, got {type(args).__name__}")
         self._served[method] = self._served.get(method, 0) + 1
+        sid = msg.get("session")
         session = None
         if method in protocol.SESSION_METHODS:
-            sid = msg.get("session")
-            session = self._sessions.get(sid) if isinstance(sid, str) else None
+            session = self._sessions.get(sid) if sid is not None else None
             if session is None:
                 raise SessionNotFound(
                     f"session {sid!r} is not open on this worker (it restarted, or the session was idle for "
                     f"more than {self.session_ttl_s:g} s); open a new one with hello"
                 )
             session.last_used = time.monotonic()
+            self._fresh.pop(sid, None)
+        if fds:
+            if session is None:
+                raise ProtocolError("shared-memory descriptors are accepted in session calls only")
+            taken, fds[:] = list(fds), []
+            self._shared.adopt(sid, taken)
+        if refs:
+            self._shared.resolve(args, refs, sid if session is not None else None)
         if method == "hello":
             return self._hello()
         if method == "get_model_info":
@@ -383,13 +501,13 @@ class WorkerServer:
         if method == "predict":
             request = _predict_request(args.get("request"))
             session.predictions += 1
-            self._enqueue(_Pending(rid, msg["session"], request, reply, time.perf_counter()))
+            self._enqueue(_Pending(rid, sid, request, reply, time.perf_counter()))
             return _DEFERRED
         if method == "reset":
-            self.service.reset(msg["session"])
+            self.service.reset(sid)
             return {"ok": True}
         if method == "bye":
-            self._drop(msg["session"], "client closed it")
+            self._drop(sid, "client closed it")
             return {"ok": True}
         if method == "health":
             return self.health()
@@ -440,9 +558,19 @@ class WorkerServer:
                 frames = self._error(p.rid, exc)
             p.reply(frames)
 
+    # ------------------------------------------------------------------ sessions
+
     def _hello(self) -> dict:
+        if len(self._sessions) >= self.max_sessions:
+            if not self._fresh:
+                raise WorkerBusy(
+                    f"this worker has {len(self._sessions)} open sessions, its limit (--max-sessions "
+                    f"{self.max_sessions}); close clients that are done, or raise the limit"
+                )
+            self._drop(next(iter(self._fresh)), f"the session limit ({self.max_sessions}) was reached; it never made a call")
         sid = uuid.uuid4().hex
         self._sessions[sid] = _Session(last_used=time.monotonic())
+        self._fresh[sid] = None
         return {
             "session": sid,
             "worker": self.instance,
@@ -476,6 +604,8 @@ class WorkerServer:
     def _drop(self, sid: str, why: str) -> None:
         if self._sessions.pop(sid, None) is None:
             return
+        self._fresh.pop(sid, None)
+        self._shared.drop_session(sid)
         log.info("session %s dropped: %s", sid[:8], why)
         if self.service.uses_sessions:  # free that client's model state; others keep theirs
             try:
@@ -487,6 +617,11 @@ class WorkerServer:
         for sid, s in list(self._sessions.items()):
             if now - s.last_used > self.session_ttl_s:
                 self._drop(sid, f"idle for more than {self.session_ttl_s:g} s")
+        if self._local is not None:
+            for conn in list(self._local.conns.values()):
+                if conn.started is not None and now - conn.started > self.message_timeout_s:
+                    self._drop_local(conn, f"a message took longer than {self.message_timeout_s:g} s to arrive "
+                                           "(--message-timeout)")
 
     def close(self) -> None:
         sock, self._sock = getattr(self, "_sock", None), None
@@ -498,13 +633,40 @@ class WorkerServer:
             self._local.close()
 
 
+def fd_limit() -> int:
+    """How many descriptors this process may open (its soft RLIMIT_NOFILE)."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return soft if soft != resource.RLIM_INFINITY else 1 << 16
+    except (ImportError, ValueError, OSError):
+        return 1024
+
+
+def raise_fd_limit() -> None:
+    """Let the worker use the descriptors the hard limit allows (sessions hold segments,
+    clients hold connections); the soft default of 1024 is a shell's, not a server's."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = hard if hard != resource.RLIM_INFINITY else 1 << 16
+        if soft != resource.RLIM_INFINITY and soft < min(want, 1 << 16):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, 1 << 16), hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
 def tune_allocator() -> bool:
     """glibc: keep freed blocks of up to 64 MB instead of returning them to the kernel.
 
     Each request allocates a few fresh arrays of 0.1-1 MB; by default glibc maps and unmaps
-    such blocks every time, and every page is faulted in again (~160 faults and 0.2-0.3 ms
-    per LIBERO-sized message, ``../shared/reference/rpc_perf.md`` "glibc malloc A/B"). The
-    worker process is ours, so it opts out; the caller's process is left alone."""
+    such blocks every time, and every page is faulted in again. Measured by the project with
+    ``bench/rpc.py --transports ws_openpi`` (openpi's protocol allocates per message), run with
+    and without ``MALLOC_MMAP_THRESHOLD_=16777216 MALLOC_TRIM_THRESHOLD_=268435456``: about
+    0.5 ms instead of 1.0-1.2 ms per LIBERO-sized round trip (p50, 2-core host). The worker
+    process is ours, so it opts out; the caller's process is left alone."""
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -529,12 +691,16 @@ def serve(
     aliases: tuple = (),
     batch_window_s: float = DEFAULT_BATCH_WINDOW_S,
     max_batch: Optional[int] = None,
+    **limits: Any,
 ) -> None:
-    """Bind, announce readiness (stdout line and ``ready_file``), serve, then close the model."""
+    """Bind, announce readiness (stdout line and ``ready_file``), serve, then close the model.
+    ``limits``: ``max_sessions``, ``max_connections``, ``max_message_bytes``,
+    ``message_timeout_s`` of :class:`WorkerServer`."""
     install_signal_handlers()
     tune_allocator()
+    raise_fd_limit()
     server = WorkerServer(service, host=host, port=port, token=token, session_ttl_s=session_ttl_s, aliases=aliases,
-                          batch_window_s=batch_window_s, max_batch=max_batch)
+                          batch_window_s=batch_window_s, max_batch=max_batch, **limits)
     try:
         record = server.announce(out if out is not None else sys.stdout, ready_file)
         log.info("serving %s on %s (device %s)", record["backend"], record["endpoint"], record["device"])
@@ -550,4 +716,5 @@ def serve(
 
 
 __all__ = ["WorkerServer", "serve", "check_bind", "watch_parent", "install_signal_handlers", "stop_requested", "worker_details",
-           "DEFAULT_SESSION_TTL_S", "DEFAULT_BATCH_WINDOW_S", "PARENT_PID_ENV"]
+           "DEFAULT_SESSION_TTL_S", "DEFAULT_BATCH_WINDOW_S", "DEFAULT_MAX_SESSIONS", "DEFAULT_MAX_CONNECTIONS",
+           "DEFAULT_MAX_MESSAGE_BYTES", "DEFAULT_MESSAGE_TIMEOUT_S", "PARENT_PID_ENV"]

@@ -16,7 +16,7 @@ import wam_libero.scripted
 def libero_registry():
     registry = Registry(entry_points=False)
     registry.register(wam_libero.plugin, name="libero")
-    registry.register(wam_libero.scripted, name="libero-scripted")
+    registry.register(wam_libero.scripted, name="libero-smoke")
     return registry
 
 

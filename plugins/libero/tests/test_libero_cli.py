@@ -1,7 +1,7 @@
 """``wam run`` and ``wam eval`` on the real LIBERO simulator.
 
 ``wam run`` goes end to end through a spawned worker (``wam serve`` in a child process, the
-scripted model loaded there through ``WAMCORE_PLUGIN_MODULES``); ``wam eval`` runs in-process.
+smoke model ``libero-smoke``); ``wam eval`` runs in-process and in env processes.
 """
 
 from __future__ import annotations
@@ -20,17 +20,17 @@ from wamcore.cli import cli
 
 
 def test_libero_wam_run_with_a_spawned_worker(tmp_path):
-    env = {**os.environ, "WAMCORE_PLUGIN_MODULES": "wam_libero.scripted", "WAMCORE_LOAD_PLUGINS": "wam-libero"}
+    env = {**os.environ, "WAMCORE_LOAD_PLUGINS": "wam-libero"}
     video = tmp_path / "episode.gif"
     argv = [
         sys.executable, "-m", "wamcore", "run", "--platform", "libero", "--suite", "libero_spatial", "--task", "0",
-        "--am-backend", "libero-scripted", "--am-python", sys.executable, "--chunk", "3",
+        "--am-backend", "libero-smoke", "--am-python", sys.executable, "--chunk", "3",
         "--resolution", "64", "--settle-steps", "2", "--max-chunks", "2", "--json", "--video", str(video),
     ]
     out = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=420, stdin=subprocess.DEVNULL)
     assert out.returncode == 0, out.stderr[-3000:]
     record = json.loads(out.stdout)  # stdout is exactly one JSON document: LIBERO's prints went to stderr
-    assert record["mode"] == "spawn" and record["model"] == "libero-scripted" and record["platform"] == "libero"
+    assert record["mode"] == "spawn" and record["model"] == "libero-smoke" and record["platform"] == "libero"
     assert (record["chunks"], record["steps"], record["stop_reason"], record["success"]) == (2, 6, "completed", False)
     assert record["instruction"] == "pick up the black bowl between the plate and the ramekin and place it on the plate"
     assert video.stat().st_size > 0
@@ -40,7 +40,7 @@ def test_libero_wam_run_with_a_spawned_worker(tmp_path):
 def test_libero_wam_eval_over_init_states(tmp_path, libero_registry):
     out_dir = tmp_path / "eval"
     args = [
-        "eval", "--platform", "libero", "--am-backend", "libero-scripted", "--suite", "libero_spatial", "--task", "0",
+        "eval", "--platform", "libero", "--am-backend", "libero-smoke", "--suite", "libero_spatial", "--task", "0",
         "--init-state", "0,1", "--episodes", "1", "--resolution", "64", "--settle-steps", "1", "--fast-render",
         "--max-chunks", "1", "--chunk", "2", "--seed", "3", "--out", str(out_dir), "--json",
     ]
@@ -59,10 +59,10 @@ def test_libero_wam_eval_over_init_states(tmp_path, libero_registry):
 def test_libero_wam_eval_two_envs_same_records_as_one(tmp_path):
     """``--num-envs 2``: two LIBERO env processes share one spawned worker; every episode's
     record equals the one of a single-env run, whichever process ran it."""
-    env = {**os.environ, "WAMCORE_PLUGIN_MODULES": "wam_libero.scripted", "WAMCORE_LOAD_PLUGINS": "wam-libero"}
+    env = {**os.environ, "WAMCORE_LOAD_PLUGINS": "wam-libero"}
     base = [
         sys.executable, "-m", "wamcore", "eval", "--platform", "libero", "--suite", "libero_spatial", "--task", "0,1",
-        "--init-state", "0,1", "--episodes", "1", "--am-backend", "libero-scripted", "--chunk", "4",
+        "--init-state", "0,1", "--episodes", "1", "--am-backend", "libero-smoke", "--chunk", "4",
         "--action", "0.6,0,-0.3,0,0,0,-1", "--resolution", "64", "--settle-steps", "2", "--max-chunks", "3", "--json",
     ]
     runs = {}
@@ -87,11 +87,11 @@ def test_libero_two_suites_table_csv_videos_and_report_in_a_browser(tmp_path):
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "tests"))
     from helpers_browser import not_blank, render
 
-    env = {**os.environ, "WAMCORE_PLUGIN_MODULES": "wam_libero.scripted", "WAMCORE_LOAD_PLUGINS": "wam-libero"}
+    env = {**os.environ, "WAMCORE_LOAD_PLUGINS": "wam-libero"}
     out = tmp_path / "run"
     argv = [
         sys.executable, "-m", "wamcore", "eval", "--platform", "libero", "--suite", "libero_spatial,libero_object",
-        "--task", "0", "--init-state", "0,1", "--episodes", "1", "--am-backend", "libero-scripted", "--chunk", "3",
+        "--task", "0", "--init-state", "0,1", "--episodes", "1", "--am-backend", "libero-smoke", "--chunk", "3",
         "--resolution", "64", "--settle-steps", "2", "--max-chunks", "2", "--num-envs", "2", "--video", "1",
         "--report", "--out", str(out),
     ]
@@ -112,3 +112,21 @@ def test_libero_two_suites_table_csv_videos_and_report_in_a_browser(tmp_path):
     dom, shot = render(out / "report.html", tmp_path)
     assert dom.count("<video") == 2 and dom.count("<svg") >= 2 and "libero_object/0" in dom
     assert not_blank(shot)
+
+
+def test_libero_suites_lists_every_suite_of_the_installed_benchmark_and_each_resolves():
+    out = subprocess.run([sys.executable, "-m", "wamcore", "libero-suites", "--json"], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "WAMCORE_LOAD_PLUGINS": "wam-libero"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {r["suite"]: r for r in json.loads(out.stdout)}  # stdout is the JSON alone: LIBERO's prints went to stderr
+    assert len(rows) >= 80
+    assert rows["libero_spatial"] == {"suite": "libero_spatial", "kind": "standard", "tasks": 10, "max_steps": 220}
+    assert rows["libero_goal_with_mug"]["kind"] == "pro" and rows["libero_goal_with_mug"]["max_steps"] == 300
+    assert sum(r["kind"] == "pro" for r in rows.values()) >= 70
+
+
+def test_libero_a_typo_in_a_variant_suite_is_caught_with_the_installed_names(libero_registry):
+    from wamcore.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="Did you mean: libero_spatial_with_mug"):
+        libero_registry.platform("libero").create(suite="libero_spatial_with_mugg", resolution=64)

@@ -30,7 +30,7 @@ def test_libero_registers_platform_with_its_options(libero_registry):
     assert platform.observation_spec({}).cameras == {"primary": (256, 256), "wrist": (256, 256)}
     assert platform.observation_spec({"resolution": 96}).cameras == {"primary": (96, 96), "wrist": (96, 96)}
     assert platform.observation_spec({}).state == {"eef_position": 3, "eef_quaternion_xyzw": 4, "gripper_qpos": 2, "joint_positions": 7}
-    assert libero_registry.models_for("libero") == ["libero-scripted"]
+    assert libero_registry.models_for("libero") == ["libero-smoke"]
 
 
 def test_libero_plugin_module_imports_no_simulator():
@@ -58,10 +58,22 @@ def test_libero_suite_resolution_and_budget(name, base, pro, budget):
     assert (suite.base, suite.pro, suite.max_steps) == (base, pro, budget)
 
 
-@pytest.mark.parametrize("name", ["libero_90_lan", "libero_spatial_env", "libero_spatail", "", "libero_goal_swap_lan"])
+@pytest.mark.parametrize("name", ["libero_spatail", "", "libero", "libero_10x", "robosuite_lift"])
 def test_libero_unknown_suites_are_refused_with_the_known_ones(name):
     with pytest.raises(ConfigurationError, match="LIBERO-Pro"):
         suites.resolve_suite(name)
+
+
+@pytest.mark.parametrize("name, base, kind", [
+    ("libero_spatial_with_mug", "libero_spatial", "pro"), ("libero_10_object_ood", "libero_10", "pro"),
+    ("libero_goal_env", "libero_goal", "pro"), ("libero_100", "libero_10", "other"), ("libero_mine", None, "other"),
+])
+def test_libero_every_variant_suite_resolves_to_its_base(name, base, kind):
+    suite = suites.resolve_suite(name)
+    assert (suite.base, suite.kind) == (base, kind)
+    if base is None:
+        with pytest.raises(ConfigurationError, match="give --max-steps"):
+            suite.max_steps
 
 
 def test_libero_selection_parsing():
@@ -130,7 +142,7 @@ def test_libero_cli_without_simulator_fails_cleanly():
         from wamcore.registry import Registry
         reg = Registry(entry_points=False)
         reg.register(wam_libero.plugin, name="libero"); reg.register(wam_libero.scripted, name="scripted")
-        main(["run", "--platform", "libero", "--am-backend", "libero-scripted"], registry=reg)
+        main(["run", "--platform", "libero", "--am-backend", "libero-smoke"], registry=reg)
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

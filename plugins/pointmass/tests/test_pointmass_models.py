@@ -4,6 +4,7 @@ about future frames (measured against the simulator)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import numpy as np
@@ -169,6 +170,21 @@ def test_sha256_mismatch_is_rejected(tmp_path):
         load(ModelConfig(platform="pointmass", checkpoint=str(tmp_path)))
     with pytest.raises(CheckpointError, match="does not match the pinned"):
         load(ModelConfig(platform="pointmass", checkpoint=str(path), options={"weights_sha256": SHIPPED_SHA256}))
+
+
+def test_weights_tampered_after_they_were_verified_are_refused(tmp_path):
+    """The bytes that are loaded are the bytes that were hashed: a same-size tamper that
+    keeps the mtime, after a first load verified the file, does not load."""
+    path = _copy_weights(tmp_path, corrupt=False)
+    (tmp_path / PINS_NAME).write_text(json.dumps({"pins": {WEIGHTS_NAME: SHIPPED_SHA256}}))
+    assert load(ModelConfig(platform="pointmass", checkpoint=str(tmp_path))).checkpoint == f"sha256:{SHIPPED_SHA256}"
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF  # a weight, not the header: the file still parses
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(CheckpointError, match="does not match the pinned"):
+        load(ModelConfig(platform="pointmass", checkpoint=str(tmp_path)))
 
 
 def test_unpinned_weights_are_rejected_and_pinned_copies_load(tmp_path):

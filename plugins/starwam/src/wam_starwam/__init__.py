@@ -1,0 +1,1 @@
+"""wamcore model plugin for StarWAM (shaohua-pan/StarWAM) on LIBERO and RoboTwin 2.0."""
