@@ -20,6 +20,10 @@ from wamcore.runtime import WorkerConfig, open_model
 from wam_pointmass import plugin
 from wam_pointmass.env import PointMassEnv
 
+sys.path.insert(0, os.path.dirname(__file__))
+from helpers_workers import worker_python  # noqa: E402
+from test_evaluation_ray import tag  # noqa: E402,F401  (the fixture that clears Ray's processes)
+
 PIT = {"weights": "pit"}
 
 
@@ -226,3 +230,17 @@ def test_the_documented_example_plans_an_episode(docs_example, capsys):
     assert lines[-1].startswith("True ")  # seed 0 of the pit family: planned around the pit
     decisions = [line.split(" ", 2) for line in lines[:-1]]
     assert decisions and all(len(json.loads(scores)) == 8 for _, _, scores in decisions)
+
+
+def test_wam_eval_best_of_through_ray_actors_and_a_spawned_worker(tmp_path, tag):
+    """The planning settings travel to Ray env actors; the model runs in a worker of its own
+    environment: the same decisions as one env in this process."""
+    common = ["eval", "--platform", "pointmass", "--family", "pit", "--am-backend", "pointmass-wam", "--weights", "pit",
+              "--episodes", 3, "--best-of", 4]
+    one = _wam(*common, "--out", tmp_path / "one")
+    distributed = _wam(*common, "--executor", "ray", "--num-envs", 2, "--am-python", worker_python(),
+                       "--am-batch-window-ms", 0, "--am-log-dir", tmp_path / "w", "--out", tmp_path / "ray")
+    assert one.returncode == 0 and distributed.returncode == 0, one.stderr + distributed.stderr
+    a, b = _records(tmp_path / "one"), _records(tmp_path / "ray")
+    assert sorted(a) == sorted(b) and all(a[k]["plans"] == b[k]["plans"] for k in a)
+    assert json.loads((tmp_path / "ray" / "summary.json").read_text())["executor"] == "ray"

@@ -20,7 +20,7 @@ sampling) and the others seeds derived from (that seed, the observation's step).
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, List, Optional, Sequence, Union
 
 import attrs
 import numpy as np

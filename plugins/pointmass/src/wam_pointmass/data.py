@@ -133,8 +133,6 @@ def collect(
     )
 
 
-
-
 # ---------------------------------------------------------------------- pit family
 
 #: A chunk's value in the route data: GAMMA ** (steps until the goal is reached when the

@@ -7,9 +7,10 @@ Physics (one action, ``DT`` seconds, semi-implicit Euler)::
 
 The instruction names one target by colour; native success is the mass's centre inside
 that target's disc. In the ``pit`` family a pit lies across the direct route from the start
-to the goal: a mass whose centre ends a step inside it is stuck there (no success possible). Everything random (layout, goal, start, optional actuation noise) comes
-from generators seeded by ``reset(seed=...)``, and :meth:`PointMassEnv.snapshot` captures
-them too, so a restored episode replays bit-identically, images included.
+to the goal: a mass whose centre ends a step inside it is stuck there (no success possible).
+Everything random (layout, goal, start, pit, optional actuation noise) comes from
+generators seeded by ``reset(seed=...)``, and :meth:`PointMassEnv.snapshot` captures them
+too, so a restored episode replays bit-identically, images included.
 """
 
 from __future__ import annotations

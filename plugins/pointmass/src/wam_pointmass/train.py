@@ -55,7 +55,6 @@ class PitTrainConfig(TrainConfig):
     latent route input, a trajectory world model, and a value worth planning with."""
 
     episodes: int = 1200
-    steps: int = 3000
     w_value: float = 2.0
     #: loss weight of the pit's keypoint and of its presence
     w_pit: float = 10.0
