@@ -62,7 +62,7 @@ def test_the_conformance_kit_example_runs_under_pytest(docs_example, tmp_path):
 def test_the_backend_options_example_runs(docs_example, capsys):
     exec(compile(docs_example("backend-options", doc="docs/workers.md"), "docs/workers.md", "exec"), {})
     lines = capsys.readouterr().out.splitlines()
-    assert lines == ["{'device': 'cpu', 'threads': 1, 'weights_sha256': None}", "cpu True"]
+    assert lines == ["{'device': 'cpu', 'threads': 1, 'weights_sha256': None, 'weights': 'reach'}", "cpu True"]
 
 
 def test_every_option_type_is_documented():

@@ -41,7 +41,7 @@ RESERVED_OPTION_NAMES = frozenset(
     host port token parent-watch ready-file session-ttl batch-window-ms max-batch
     max-sessions max-local-connections max-message-mb message-timeout
     num-envs am-restarts skip-memory-check am-batch-window-ms executor ray-address num-model-workers report
-    cache set""".split()
+    cache set best-of score""".split()
 )
 
 
@@ -135,7 +135,9 @@ class Env(Protocol):
     ``max_steps`` is the per-episode action budget; ``steps`` the actions executed since the
     last reset. ``observe()`` returns the latest observation without stepping.
     ``snapshot()``/``restore()`` must make replays bit-identical where the platform
-    supports them (raise NotImplementedError otherwise).
+    supports them (raise NotImplementedError otherwise). Optional: ``goal_distance(obs)
+    -> float``, how far an observation (also a predicted one) is from the episode's goal,
+    for planning towards it (``wamcore.planning``, ``wam eval --score goal``).
     """
 
     observation_spec: ObservationSpec

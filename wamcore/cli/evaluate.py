@@ -43,6 +43,12 @@ from .common import PairedCommand, _episode_options, _resolve, cache_option, cli
                       "outcome on the frames): the first N of every task, the failures, or all."),
     click.Option(["--report"], is_flag=True, help="Also write OUT/report.html (as `wam report OUT` does)."),
     cache_option(),
+    click.Option(["--best-of"], type=click.IntRange(min=1), default=None, metavar="N",
+                 help="Plan every chunk: sample N candidates (seeds derived from the episode's), score each, execute "
+                      "the best (docs/planning.md). Records carry every score."),
+    click.Option(["--score"], type=click.Choice(["value", "goal"]), default=None,
+                 help="With --best-of: the model's value of each candidate (default), or the distance of its predicted "
+                      "future to the platform's goal."),
     click.Option(["--resume"], is_flag=True, help="Continue an interrupted run in --out, skipping finished episodes."),
     click.Option(["--overwrite"], is_flag=True, help="Start over in an existing --out."),
 ])
@@ -66,6 +72,10 @@ def eval_(ctx, **kwargs):
     num_envs, restarts, skip_memory = kwargs.pop("num_envs"), kwargs.pop("am_restarts"), kwargs.pop("skip_memory_check")
     executor, ray_address, num_models = kwargs.pop("executor"), kwargs.pop("ray_address"), kwargs.pop("num_model_workers")
     video, report, cache = parse_video(kwargs.pop("video")), kwargs.pop("report"), kwargs.pop("cache")
+    best_of, score = kwargs.pop("best_of"), kwargs.pop("score")
+    if score and not best_of:
+        raise ConfigurationError("--score chooses among candidates: it needs --best-of N")
+    planning = {"best_of": best_of, "score": score or "value"} if best_of else None
     if video:
         require_video()  # before anything starts
     if report:
@@ -93,7 +103,7 @@ def eval_(ctx, **kwargs):
     settings = EpisodeSettings(
         platform=platform.name, platform_options=platform.with_defaults(platform_opts),
         instruction=instruction, max_chunks=max_chunks, request_options=request,
-        cache=str(Path(cache).absolute()) if cache else None,
+        cache=str(Path(cache).absolute()) if cache else None, planning=planning,
     )
     run_config = {
         "platform": platform.name,
@@ -104,6 +114,7 @@ def eval_(ctx, **kwargs):
         "max_chunks": max_chunks,
         "model": _requested_model(config, reg),
         "episodes": [e.key for e in episodes],
+        **({"planning": planning} if planning else {}),
     }
     results = ResultsDir(out)
     try:
@@ -156,6 +167,7 @@ def eval_(ctx, **kwargs):
         model_info=_identity(evaluation.model_info), model_identity=identity, model_restarts=evaluation.model_restarts,
         versions=_versions(reg, platform.name, config.backend, evaluation.model_info),
         finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), wall_s=round(time.perf_counter() - t0, 2), out=str(out),
+        **({"planning": planning} if planning else {}),
     )
     if cache:
         counts = [r.get("cache") or {} for r in records]
@@ -172,8 +184,9 @@ def eval_(ctx, **kwargs):
     lo, hi = summary["ci95"]
     if summary["per_task"]:
         click.echo(format_table(summary))
+    planned_by = f" (best of {best_of} by {planning['score']})" if planning else ""
     click.echo(
-        f"{backend} on {platform.name}: {summary['successes']}/{summary['episodes']} successes "
+        f"{backend}{planned_by} on {platform.name}: {summary['successes']}/{summary['episodes']} successes "
         f"(rate {summary['success_rate']:.3f}, 95% CI [{lo:.3f}, {hi:.3f}]), mean steps {summary['mean_steps']:.1f}"
     )
     failures = summary["stop_reasons"].get("runtime_failure", 0)

@@ -53,12 +53,14 @@ def run_evaluation(
     am_restarts: int = 1,
     log_dir: Optional[str] = None,
     plugin_modules: Sequence[str] = (),
+    planning: Optional[Mapping[str, Any]] = None,
 ) -> Iterator[dict]:
     """Run ``episodes`` on ``model.platform`` with ``num_envs`` env workers; yield each
     episode's record as it finishes (in completion order).
 
     ``plugin_modules`` are importable modules that env processes and a spawned model
-    worker register as plugins (what this process registered in-process does not travel)."""
+    worker register as plugins (what this process registered in-process does not travel).
+    ``planning``: ``{"best_of": N, "score": "value"}`` plans every chunk (docs/planning.md)."""
     registry = registry or default_registry()
     platform = registry.platform(model.platform)
     settings = EpisodeSettings(
@@ -67,6 +69,7 @@ def run_evaluation(
         instruction=instruction,
         max_chunks=max_chunks,
         request_options=dict(request_options or {}),
+        planning=dict(planning) if planning else None,
     )
     evaluation = LocalEvaluation(platform, settings, model, registry=registry, num_envs=num_envs,
                                  am_restarts=am_restarts, log_dir=log_dir, plugin_modules=plugin_modules)

@@ -49,6 +49,9 @@ class EpisodeSettings:
     #: an artifact store (``wam eval --cache DIR``): every env worker answers repeated
     #: requests from it (``wamcore.artifacts``)
     cache: Optional[str] = None
+    #: ``{"best_of": N, "score": "value"|"goal"}``: every chunk is the best of N candidates
+    #: (``wamcore.planning``); records then carry every decision's scores under ``plans``
+    planning: Optional[dict] = None
 
     def to_json(self) -> dict:
         return attrs.asdict(self)
@@ -123,17 +126,22 @@ class EnvWorker:
         t0 = time.perf_counter()
         env: Optional[Env] = None
         recorder = None
-        model = self.model
-        if self.settings.cache:
-            from ..artifacts import ArtifactStore, CachedModel
-
-            model = CachedModel(self.model, ArtifactStore(self.settings.cache))
+        cached = planner = None
         try:
             env = self.envs.get(episode.env_options)
             if video:
                 from ..video import EpisodeRecorder
 
                 recorder = EpisodeRecorder(env, video["path"], keep=video.get("keep", "always"))
+            model = self.model
+            if self.settings.cache:
+                from ..artifacts import ArtifactStore, CachedModel
+
+                model = cached = CachedModel(model, ArtifactStore(self.settings.cache))
+            if self.settings.planning:
+                from ..planning import planner_for
+
+                model = planner = planner_for(model, env, **self.settings.planning)
             result = run_episode(
                 model, env, key=episode.key, reset=episode.reset, instruction=self.settings.instruction,
                 max_chunks=self.settings.max_chunks, seed=episode.reset.get("seed"),
@@ -141,8 +149,10 @@ class EnvWorker:
                 on_step=recorder.on_step if recorder else None, on_reset=recorder.on_reset if recorder else None,
             )
             record = {**result.to_json(), "labels": dict(episode.labels)}
-            if model is not self.model:
-                record["cache"] = {"hits": model.hits, "misses": model.misses}
+            if cached is not None:
+                record["cache"] = {"hits": cached.hits, "misses": cached.misses}
+            if planner is not None:
+                record["plans"] = [plan.to_json() for plan in planner.plans]
             if recorder is not None:
                 kept = recorder.finish(result.success, result.steps)
                 record["video"] = None if kept is None else str(kept)

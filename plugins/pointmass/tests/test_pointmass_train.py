@@ -87,3 +87,22 @@ def test_saved_weights_are_byte_reproducible(tmp_path):
         save_weights(net, tmp_path / f"{i}.safetensors", about["training"])
         digests.add(sha256_file(tmp_path / f"{i}.safetensors"))
     assert digests == {sha256_file(shipped_weights())}
+
+
+def test_the_pit_family_script_trains_a_route_model_that_samples_and_values(tmp_path, capsys):
+    from wam_pointmass.data import collect_routes
+    from wam_pointmass.train import PitTrainConfig
+
+    demos = collect_routes(5, seed=2)
+    n = len(demos)
+    assert demos.trajectories.shape == (n, 8, 4) and demos.expert.shape == (n, 8, 2)
+    assert ((demos.values >= 0) & (demos.values <= 1)).all() and np.abs(demos.routes).max() <= 1
+    cfg = PitTrainConfig(steps=20, batch_size=16, warmup=5, render_batch=4)
+    net, again = train(cfg, demos, log=lambda m: None), train(cfg, demos, log=lambda m: None)
+    for (name, a), (_, b) in zip(net.state_dict().items(), again.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert main(["--family", "pit", "--out", str(tmp_path), "--episodes", "4", "--steps", "10", "--batch-size", "8",
+                 "--render-batch", "2", "--eval-episodes", "2"]) == 0
+    assert "step 10/10" in capsys.readouterr().out
+    model = load(ModelConfig(platform="pointmass", checkpoint=str(tmp_path)))
+    assert model.details["trained"]["family"] == "pit" and model.net.latent == 1 and model.net.trajectory

@@ -6,6 +6,8 @@ Native input (what ``encode`` returns, numpy only, so it can be checked without 
     state     float32 [4]          position (m), velocity / VELOCITY_SCALE (m/s)
     tokens    int64   [8]          the instruction, see ``tokenizer``
     candidate float32 [8, 2] | None  a chunk whose outcome to predict
+    sample    [seed, step] | None    what a model with a latent draws its sample from
+                                     (the request's seed and the observation's step)
 
 Native output (what the model returns): ``actions`` float32 [8, 2] in the platform's units,
 ``future`` uint8 [64, 64, 3] (the camera at the chunk's end), ``value`` float (probability
@@ -65,7 +67,9 @@ def encode(request: PredictRequest) -> Dict[str, Any]:
     image = np.ascontiguousarray(obs.images[CAMERA].transpose(2, 0, 1), dtype=np.float32) / np.float32(255.0)
     state = normalise_states(np.concatenate([obs.state["position"], obs.state["velocity"]]))
     candidate = None if request.candidate_actions is None else check_candidate(np.asarray(request.candidate_actions))
-    return {"image": image, "state": state, "tokens": tokenize(request.effective_instruction), "candidate": candidate}
+    sample = None if request.seed is None else [int(request.seed) % 2**64, int(obs.step)]
+    return {"image": image, "state": state, "tokens": tokenize(request.effective_instruction), "candidate": candidate,
+            "sample": sample}
 
 
 def decode(native: Dict[str, Any], request: PredictRequest) -> Prediction:

@@ -1,10 +1,11 @@
 """Which weights file to load and which sha256 it must have (no torch here).
 
-The weights shipped in the package are pinned by ``SHIPPED_SHA256``. Another file
+The package ships two weights files, one per task family (``--weights reach``, the
+default, and ``--weights pit``), each pinned in ``SHIPPED``. Another file
 (``--am-checkpoint FILE`` or a directory holding ``pointmass_wam.safetensors``) needs a pin
 too, from the first of: ``--weights-sha256 HEX``; a ``pins.json`` beside it (``python -m
 wam_pointmass.train`` writes one, in wamcore's pin-file format); or being byte-identical
-to the shipped file. A file without a pin, or whose hash differs from its pin, is a
+to a shipped file. A file without a pin, or whose hash differs from its pin, is a
 :class:`~wamcore.errors.CheckpointError` raised before anything is deserialised.
 """
 
@@ -20,16 +21,24 @@ WEIGHTS_NAME = "pointmass_wam.safetensors"
 PINS_NAME = "pins.json"
 FORMAT = "wam-pointmass/1"
 SHIPPED_SHA256 = "4e37451d824508eed064706dbe1f04aa505602bb5a7fb4f8c8ce26ed553f6dd2"
+#: task family -> (file name in ``weights/``, pinned sha256)
+SHIPPED = {
+    "reach": (WEIGHTS_NAME, SHIPPED_SHA256),
+    "pit": ("pointmass_wam_pit.safetensors", "f1e2318bbdf302198c3d13a34162bd61af34135bcab3ae5a56289995e0fc21df"),
+}
 
 
-def shipped_weights() -> Path:
-    return Path(__file__).resolve().parent / "weights" / WEIGHTS_NAME
+def shipped_weights(family: str = "reach") -> Path:
+    if family not in SHIPPED:
+        raise CheckpointError(f"no shipped pointmass-wam weights for {family!r}; there are: {', '.join(SHIPPED)}")
+    return Path(__file__).resolve().parent / "weights" / SHIPPED[family][0]
 
 
-def weights_path(checkpoint: Optional[str]) -> Path:
-    """The weights file named by ``--am-checkpoint`` (a file or a directory), or the shipped one."""
+def weights_path(checkpoint: Optional[str], family: str = "reach") -> Path:
+    """The weights file named by ``--am-checkpoint`` (a file or a directory), or the shipped
+    one for ``family``."""
     if checkpoint is None:
-        return shipped_weights()
+        return shipped_weights(family)
     path = Path(checkpoint).expanduser()
     if path.is_dir():
         path = path / WEIGHTS_NAME
@@ -42,24 +51,26 @@ def expected_sha256(path: Path, explicit: Optional[str] = None) -> Tuple[str, st
     """(pinned sha256, where the pin came from)."""
     if explicit:
         return explicit.strip().lower(), "--weights-sha256"
-    if path.resolve() == shipped_weights():
-        return SHIPPED_SHA256, "the pin shipped with wam-pointmass"
+    shipped = {shipped_weights(family): sha for family, (_, sha) in SHIPPED.items()}
+    if path.resolve() in shipped:
+        return shipped[path.resolve()], "the pin shipped with wam-pointmass"
     pins_file = path.parent / PINS_NAME
     if pins_file.is_file():
         pinned = Pins.load(pins_file).files.get(path.name)
         if pinned:
             return pinned.lower(), str(pins_file)
-    if sha256_file(path) == SHIPPED_SHA256:
-        return SHIPPED_SHA256, "the pin shipped with wam-pointmass"
+    actual = sha256_file(path)
+    if actual in shipped.values():
+        return actual, "the pin shipped with wam-pointmass"
     raise CheckpointError(
         f"no sha256 pin for {path}: pass --weights-sha256 HEX, or put a {PINS_NAME} beside it "
         f"(python -m wam_pointmass.train writes one; wamcore.checkpoints.write_pins makes one)"
     )
 
 
-def verified_weights(checkpoint: Optional[str], explicit_sha256: Optional[str] = None) -> Tuple[Path, str]:
+def verified_weights(checkpoint: Optional[str], explicit_sha256: Optional[str] = None, family: str = "reach") -> Tuple[Path, str]:
     """The weights file and its sha256, after checking it against its pin."""
-    path = weights_path(checkpoint)
+    path = weights_path(checkpoint, family)
     if not path.is_file():
         raise CheckpointError(f"the shipped weights {path} are missing: reinstall wam-pointmass")
     pinned, source = expected_sha256(path, explicit_sha256)
@@ -69,4 +80,4 @@ def verified_weights(checkpoint: Optional[str], explicit_sha256: Optional[str] =
     return path, actual
 
 
-__all__ = ["WEIGHTS_NAME", "PINS_NAME", "FORMAT", "SHIPPED_SHA256", "shipped_weights", "weights_path", "verified_weights"]
+__all__ = ["WEIGHTS_NAME", "PINS_NAME", "FORMAT", "SHIPPED_SHA256", "SHIPPED", "shipped_weights", "weights_path", "verified_weights"]

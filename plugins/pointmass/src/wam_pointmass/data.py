@@ -22,7 +22,7 @@ import attrs
 import numpy as np
 
 from .env import PointMassEnv
-from .expert import expert_action, expert_chunk
+from .expert import avoiding_action, expert_action, expert_chunk, route_action
 from .spec import CAMERA
 
 SEED_OFFSET = 1_000_000
@@ -133,4 +133,141 @@ def collect(
     )
 
 
-__all__ = ["Demonstrations", "collect", "SEED_OFFSET"]
+# ---------------------------------------------------------------------- pit family
+
+#: A chunk's value in the route data: GAMMA ** (steps until the goal is reached when the
+#: chunk is executed and then the avoiding expert takes over; 0 if never within
+#: CONTINUATION_STEPS more steps, as when the mass falls into the pit).
+GAMMA = 0.97
+CONTINUATION_STEPS = 50
+#: How the states of an episode are visited: the route demonstrator (a new route every
+#: chunk), the avoiding expert (the states of detours around the pit), or a wander first.
+BEHAVIOURS = ("routes", "avoiding", "wander")
+BEHAVIOUR_P = (0.5, 0.3, 0.2)
+
+
+@attrs.frozen(eq=False)
+class RouteDemonstrations:
+    """Sample-aligned arrays for the ``pit`` family's model (``states`` raw, as above)."""
+
+    images: np.ndarray  # uint8 [N, H, W, 3]
+    states: np.ndarray  # float32 [N, 4]
+    goals: np.ndarray  # int64 [N]
+    goal_positions: np.ndarray  # float32 [N, 2] (privileged)
+    pit_positions: np.ndarray  # float32 [N, 2], zeros without a pit (privileged)
+    has_pit: np.ndarray  # float32 [N]
+    routes: np.ndarray  # float32 [N]: the route preference of ``expert``
+    expert: np.ndarray  # float32 [N, T, 2]: the route demonstrator's chunk for ``routes``
+    chunks: np.ndarray  # float32 [N, T, 2]: the probe chunk
+    future_images: np.ndarray  # uint8 [N, H, W, 3] after the probe chunk
+    trajectories: np.ndarray  # float32 [N, T, 4]: the state after each probe action
+    values: np.ndarray  # float32 [N]: the probe chunk's value (GAMMA ** steps to the goal)
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+
+def _route_controller(route: float):
+    return lambda env, position, velocity: route_action(position, velocity, env.goal_position, route)
+
+
+def _avoiding(env: PointMassEnv, position: np.ndarray, velocity: np.ndarray) -> np.ndarray:
+    return avoiding_action(position, velocity, env.goal_position, env.pit_position)
+
+
+def _route_probe(rng: np.random.Generator, env: PointMassEnv, plan: np.ndarray, chunk: int) -> np.ndarray:
+    """Mostly what the policy will propose (other routes), also detours and the original probes."""
+    kind = rng.choice(4, p=(0.35, 0.15, 0.15, 0.35))
+    if kind == 0:
+        return expert_chunk(env, chunk, _route_controller(float(rng.uniform(-1, 1))))
+    if kind == 1:
+        return expert_chunk(env, chunk, _avoiding)
+    if kind == 2:
+        return plan.copy()
+    return _probe_chunk(rng, plan)
+
+
+def _valued_outcome(env: PointMassEnv, chunk: np.ndarray, gamma: float, horizon: int) -> tuple:
+    """Execute ``chunk``, then the avoiding expert; rewind. (frame and trajectory of the
+    chunk, value)."""
+    snap = env.snapshot()
+    trajectory = np.empty((len(chunk), 4), dtype=np.float32)
+    reached_at = None
+    for i, action in enumerate(chunk):
+        if env.step(action).success and reached_at is None:
+            reached_at = i + 1
+        trajectory[i] = _state(env)
+    frame = env.observe().images[CAMERA]
+    if reached_at is None:
+        for j in range(horizon):
+            if env.fallen:
+                break
+            if env.step(_avoiding(env, *_position_velocity(env))).success:
+                reached_at = len(chunk) + j + 1
+                break
+    env.restore(snap)
+    return frame, trajectory, 0.0 if reached_at is None else gamma ** reached_at
+
+
+def _position_velocity(env: PointMassEnv) -> tuple:
+    s = env.observe().state
+    return s["position"], s["velocity"]
+
+
+def collect_routes(
+    episodes: int,
+    *,
+    seed: int = 0,
+    chunk: int = 8,
+    max_steps: int = 60,
+    reach_fraction: float = 0.25,
+    gamma: float = GAMMA,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> RouteDemonstrations:
+    """Episodes of both families (``reach_fraction`` of them without a pit); every visited
+    state is labelled with the route demonstrator's chunk for a random route preference
+    and with the outcome and value of one probe chunk."""
+    rng = np.random.default_rng(seed)
+    envs = {family: PointMassEnv(max_steps=max_steps, family=family) for family in ("reach", "pit")}
+    rows: dict = {k: [] for k in attrs.fields_dict(RouteDemonstrations)}
+    for episode in range(episodes):
+        env = envs["reach" if rng.random() < reach_fraction else "pit"]
+        env.reset(seed=SEED_OFFSET * (seed + 1) + episode)
+        behaviour = BEHAVIOURS[rng.choice(len(BEHAVIOURS), p=BEHAVIOUR_P)]
+        wander = int(rng.integers(WANDER_MAX_STEPS + 1)) if behaviour == "wander" else 0
+        push = rng.uniform(-1, 1, 2)
+        route = 0.0
+        while env.steps < env.max_steps and not env.fallen:
+            label = float(rng.uniform(-1, 1))
+            plan = expert_chunk(env, chunk, _route_controller(label))
+            probe = _route_probe(rng, env, plan, chunk)
+            future_image, trajectory, value = _valued_outcome(env, probe, gamma, CONTINUATION_STEPS)
+            pit = env.pit_position
+            obs = env.observe()
+            for key, item in (
+                ("images", obs.images[CAMERA]), ("states", _state(env)), ("goals", env.colours.index(env.goal)),
+                ("goal_positions", env.goal_position), ("pit_positions", np.zeros(2) if pit is None else pit),
+                ("has_pit", float(pit is not None)), ("routes", label), ("expert", plan), ("chunks", probe),
+                ("future_images", future_image), ("trajectories", trajectory), ("values", value),
+            ):
+                rows[key].append(item)
+            position, velocity = _position_velocity(env)
+            if env.steps % chunk == 0:
+                route = float(rng.uniform(-1, 1))
+            if env.steps < wander:
+                if env.steps % 4 == 0:
+                    push = rng.uniform(-1, 1, 2)
+                action = push
+            elif behaviour == "avoiding":
+                action = avoiding_action(position, velocity, env.goal_position, pit)
+            else:
+                action = route_action(position, velocity, env.goal_position, route)
+            if env.step(np.clip(action + rng.normal(0.0, DART_NOISE, 2), -1, 1)).success:
+                break
+        if progress is not None:
+            progress(episode + 1, episodes)
+    dtypes = {"images": np.uint8, "future_images": np.uint8, "goals": np.int64}
+    return RouteDemonstrations(**{k: np.asarray(v, dtype=dtypes.get(k, np.float32)) for k, v in rows.items()})
+
+
+__all__ = ["Demonstrations", "RouteDemonstrations", "collect", "collect_routes", "SEED_OFFSET", "GAMMA"]

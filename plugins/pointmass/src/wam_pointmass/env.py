@@ -6,9 +6,11 @@ Physics (one action, ``DT`` seconds, semi-implicit Euler)::
     p <- p + DT * v          (then clamped to the walls; the velocity into a wall is zeroed)
 
 The instruction names one target by colour; native success is the mass's centre inside
-that target's disc. Everything random (layout, goal, start, optional actuation noise) comes
-from generators seeded by ``reset(seed=...)``, and :meth:`PointMassEnv.snapshot` captures
-them too, so a restored episode replays bit-identically, images included.
+that target's disc. In the ``pit`` family a pit lies across the direct route from the start
+to the goal: a mass whose centre ends a step inside it is stuck there (no success possible).
+Everything random (layout, goal, start, pit, optional actuation noise) comes from
+generators seeded by ``reset(seed=...)``, and :meth:`PointMassEnv.snapshot` captures them
+too, so a restored episode replays bit-identically, images included.
 """
 
 from __future__ import annotations
@@ -21,14 +23,17 @@ import numpy as np
 
 from wamcore import ActionError, ConfigurationError, Observation, StepResult
 
-from .render import draw_background, draw_frame
+from .render import draw_background, draw_frame, locate_mass
 from .spec import (
     CAMERA,
     COLOURS,
     DEFAULT_MAX_STEPS,
     DRAG,
     DT,
+    FAMILIES,
     MAX_ACCEL,
+    PIT_COLOUR,
+    PIT_RADIUS,
     POINTMASS_CONTROL,
     POINTMASS_OBSERVATION,
     TARGET_RADIUS,
@@ -41,6 +46,13 @@ from .spec import (
 TARGET_SPAN = 0.75
 TARGET_GAP = 0.5
 START_GAP = 0.4
+#: Pit family: the start is at least PIT_ROUTE_MIN from the goal, and the pit's centre lies
+#: on the straight route at a fraction in PIT_ALONG of its length, at most PIT_OFFSET to its
+#: side, with PIT_CLEARANCE between the pit's edge and the start and every target's edge.
+PIT_ROUTE_MIN = 0.9
+PIT_ALONG = (0.4, 0.6)
+PIT_OFFSET = 0.05
+PIT_CLEARANCE = 0.1
 
 
 @attrs.frozen(eq=False)
@@ -56,6 +68,8 @@ class PointMassSnapshot:
     noise_rng: dict
     layout_rng: dict
     background: np.ndarray
+    pit: Optional[np.ndarray] = None
+    fallen: bool = False
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:
@@ -65,19 +79,23 @@ def _readonly(array: np.ndarray) -> np.ndarray:
 
 class PointMassEnv:
     """One PointMass arena. ``max_steps`` is the action budget of an episode;
-    ``action_noise`` the std of Gaussian noise added to each command (0: deterministic)."""
+    ``action_noise`` the std of Gaussian noise added to each command (0: deterministic);
+    ``family`` the task family (``reach`` or ``pit``)."""
 
     observation_spec = POINTMASS_OBSERVATION
     control = POINTMASS_CONTROL
     colours = tuple(COLOURS)
 
-    def __init__(self, max_steps: int = DEFAULT_MAX_STEPS, action_noise: float = 0.0):
+    def __init__(self, max_steps: int = DEFAULT_MAX_STEPS, action_noise: float = 0.0, family: str = "reach"):
         if int(max_steps) < 1:
             raise ConfigurationError(f"max_steps must be >= 1, got {max_steps}")
         if not float(action_noise) >= 0.0:
             raise ConfigurationError(f"action_noise must be >= 0, got {action_noise}")
+        if family not in FAMILIES:
+            raise ConfigurationError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
         self.max_steps = int(max_steps)
         self.action_noise = float(action_noise)
+        self.family = family
         self._layout_rng = np.random.default_rng(0)
         self.reset()
 
@@ -97,10 +115,18 @@ class PointMassEnv:
             goal_index = self.colours.index(goal)
         self._targets = _readonly(targets)
         self._goal = goal_index
-        self._position = self._sample_start(rng, targets)
+        self._pit: Optional[np.ndarray] = None
+        self._fallen = False
+        if self.family == "pit":
+            self._position, self._pit = self._sample_pit_route(rng, targets, targets[goal_index])
+        else:
+            self._position = self._sample_start(rng, targets)
         self._velocity = np.zeros(2)
         self._noise_rng = np.random.default_rng(rng.integers(2**63))
-        self._background = _readonly(draw_background(zip(targets, COLOURS.values())))
+        discs = list(zip(targets, COLOURS.values()))
+        if self._pit is not None:
+            discs.insert(0, (self._pit, PIT_COLOUR, PIT_RADIUS))
+        self._background = _readonly(draw_background(discs))
         self.steps = 0
         self._obs: Optional[Observation] = None
         return self.observe()
@@ -120,6 +146,22 @@ class PointMassEnv:
             if np.linalg.norm(targets - start, axis=-1).min() >= START_GAP:
                 return start
 
+    @classmethod
+    def _sample_pit_route(cls, rng: np.random.Generator, targets: np.ndarray, goal: np.ndarray) -> tuple:
+        """(start, pit centre): a start far enough from the goal, and a pit across the route."""
+        while True:
+            start = cls._sample_start(rng, targets)
+            route = goal - start
+            length = float(np.linalg.norm(route))
+            if length < PIT_ROUTE_MIN:
+                continue
+            side = np.array([-route[1], route[0]]) / length
+            pit = start + rng.uniform(*PIT_ALONG) * route + rng.uniform(-PIT_OFFSET, PIT_OFFSET) * side
+            clear = PIT_RADIUS + PIT_CLEARANCE
+            if (np.linalg.norm(targets - pit, axis=-1).min() >= clear + TARGET_RADIUS
+                    and np.linalg.norm(start - pit) >= clear and np.abs(pit).max() <= WALL):
+                return start, pit
+
     # ------------------------------------------------------------------ queries
 
     @property
@@ -134,8 +176,24 @@ class PointMassEnv:
     def target_positions(self) -> dict:
         return {c: self._targets[i].copy() for i, c in enumerate(self.colours)}
 
+    @property
+    def pit_position(self) -> Optional[np.ndarray]:
+        """The pit's centre (metres), or None in the ``reach`` family."""
+        return None if self._pit is None else self._pit.copy()
+
+    @property
+    def fallen(self) -> bool:
+        """Whether the mass is stuck in the pit."""
+        return self._fallen
+
     def distance_to_goal(self) -> float:
         return float(np.linalg.norm(self._position - self._targets[self._goal]))
+
+    def goal_distance(self, observation: Observation) -> float:
+        """Metres from the mass seen in ``observation``'s camera frame (real or predicted) to
+        the goal target; infinite when no mass is seen. What ``--score goal`` plans with."""
+        position = locate_mass(observation.images[CAMERA])
+        return float("inf") if position is None else float(np.linalg.norm(position - self._targets[self._goal]))
 
     def observe(self) -> Observation:
         """The current observation; rendered once per state and then reused (read-only)."""
@@ -155,6 +213,10 @@ class PointMassEnv:
         u = np.asarray(action, dtype=np.float64)
         if u.shape != (2,) or not np.isfinite(u).all():
             raise ActionError([f"a PointMass action is 2 finite numbers (accel_x, accel_y), got {u.tolist()}"])
+        if self._fallen:
+            self.steps += 1
+            self._obs = None
+            return StepResult(success=False, reward=0.0, info={"distance": self.distance_to_goal(), "fallen": True})
         if self.action_noise > 0.0:
             u = u + self._noise_rng.normal(0.0, self.action_noise, size=2)
         u = np.clip(u, -1.0, 1.0)
@@ -163,12 +225,18 @@ class PointMassEnv:
         hit = np.abs(position) > WALL
         position = np.clip(position, -WALL, WALL)
         velocity[hit] = 0.0
+        if self._pit is not None and np.linalg.norm(position - self._pit) <= PIT_RADIUS:
+            self._fallen = True
+            velocity = np.zeros(2)
         self._position, self._velocity = position, velocity
         self.steps += 1
         self._obs = None
         distance = self.distance_to_goal()
-        success = distance <= TARGET_RADIUS
-        return StepResult(success=success, reward=float(success), info={"distance": distance})
+        success = distance <= TARGET_RADIUS and not self._fallen
+        info = {"distance": distance}
+        if self._pit is not None:
+            info["fallen"] = self._fallen
+        return StepResult(success=success, reward=float(success), info=info)
 
     # ------------------------------------------------------------------ snapshots
 
@@ -182,6 +250,8 @@ class PointMassEnv:
             noise_rng=copy.deepcopy(self._noise_rng.bit_generator.state),
             layout_rng=copy.deepcopy(self._layout_rng.bit_generator.state),
             background=self._background,
+            pit=self._pit,
+            fallen=self._fallen,
         )
 
     def restore(self, snapshot: PointMassSnapshot) -> None:
@@ -195,6 +265,8 @@ class PointMassEnv:
         self._noise_rng = _generator(snapshot.noise_rng)
         self._layout_rng = _generator(snapshot.layout_rng)  # a reset without a seed continues it
         self._background = snapshot.background
+        self._pit = snapshot.pit
+        self._fallen = snapshot.fallen
         self._obs = None
 
     def close(self) -> None:
@@ -207,9 +279,9 @@ def _generator(state: dict) -> np.random.Generator:
     return rng
 
 
-def make_env(max_steps: int = DEFAULT_MAX_STEPS, action_noise: float = 0.0) -> PointMassEnv:
+def make_env(max_steps: int = DEFAULT_MAX_STEPS, action_noise: float = 0.0, family: str = "reach") -> PointMassEnv:
     """The platform's env factory (``PlatformSpec.make_env``)."""
-    return PointMassEnv(max_steps=max_steps, action_noise=action_noise)
+    return PointMassEnv(max_steps=max_steps, action_noise=action_noise, family=family)
 
 
 __all__ = ["PointMassEnv", "PointMassSnapshot", "make_env"]

@@ -103,6 +103,13 @@ class PointMassWAM:
         self.details = details
         self._torch = _torch()
 
+    def latent(self, sample: Optional[list]) -> np.ndarray:
+        """A network with a latent samples it uniformly in [-1, 1] from (seed, step); no
+        seed gives 0, the demonstrations' middle route (the straight one)."""
+        if sample is None:
+            return np.zeros(self.net.latent, dtype=np.float32)
+        return np.random.default_rng(sample).uniform(-1.0, 1.0, self.net.latent).astype(np.float32)
+
     def predict_native(self, native: Dict[str, Any], request: PredictRequest) -> Dict[str, Any]:
         return self.predict_native_batch([native], [request])[0]
 
@@ -121,8 +128,11 @@ class PointMassWAM:
                 def stacked(key: str):
                     return torch.from_numpy(np.stack([natives[i][key] for i in rows])).to(self.device)
 
+                latent = None
+                if self.net.latent and rows is without:
+                    latent = torch.from_numpy(np.stack([self.latent(natives[i]["sample"]) for i in rows])).to(self.device)
                 out = self.net(stacked("image"), stacked("state"), stacked("tokens"),
-                               stacked("candidate") if rows is with_candidate else None)
+                               stacked("candidate") if rows is with_candidate else None, latent)
                 actions = out["actions"].float().cpu().numpy()
                 future = (out["future_image"].permute(0, 2, 3, 1) * 255.0).round().to(torch.uint8).cpu().numpy()
                 values = out["value"].float().cpu().numpy()
@@ -137,7 +147,7 @@ def load(config: ModelConfig) -> PointMassWAM:
     from .plugin import POINTMASS_WAM
 
     options = POINTMASS_WAM.with_defaults(config.options)  # also when called without ModelService
-    path, sha = verified_weights(config.checkpoint, options["weights_sha256"])
+    path, sha = verified_weights(config.checkpoint, options["weights_sha256"], options["weights"])
     device = choose_device(config.device or options["device"])
     threads = options["threads"]
     if device == "cpu" and threads:

@@ -16,6 +16,16 @@ Four learned parts share one encoding of (image, state, instruction):
   Kulkarni et al. 2019), i.e. the predicted camera frame at the chunk's end.
 
 The heat maps use the platform's camera geometry (``spec``): the pixel grid in metres.
+
+Two configuration keys, absent from the original weights (which therefore load and compute
+exactly as before), make the variant trained for the ``pit`` family:
+
+* ``latent`` (an int, 0: none): the policy also takes a latent ``z`` in [-1, 1]^latent,
+  the demonstrations' route preference; sampling ``z`` samples routes;
+* ``trajectory`` (0/1): each keypoint also reports how strongly its map fires (whether the
+  thing it tracks is in the picture at all); the dynamics, given the keypoints, predicts the
+  state after *every* action of the chunk; and the value reads that trajectory together
+  with the distance of each predicted position to each keypoint (the pit's, the goal's).
 """
 
 from __future__ import annotations
@@ -76,10 +86,19 @@ class PointMassWAMNet(nn.Module):
         self.film = nn.Linear(t, 2 * c)
         self.keypoint_maps = nn.Conv2d(c, k, 1)
         self.log_temperature = nn.Parameter(torch.zeros(()))
-        context = 2 * k + 4 + t
-        self.policy = _mlp([context, cfg["hidden"], cfg["hidden"], 2 * h])
-        self.dynamics = _mlp([4 + 2 * h, cfg["world_hidden"], cfg["world_hidden"], 4])
-        self.value = _mlp([context + 2 * h + 4, cfg["world_hidden"], cfg["world_hidden"], 1])
+        self.latent = int(cfg.get("latent", 0))
+        self.trajectory = bool(cfg.get("trajectory", 0))
+        w = cfg["world_hidden"]
+        if self.trajectory:
+            context = 3 * k + 4 + t  # keypoints, their presence, state, instruction
+            self.policy = _mlp([context + self.latent, cfg["hidden"], cfg["hidden"], 2 * h])
+            self.dynamics = _mlp([3 * k + 4 + 2 * h, w, w, 4 * h])
+            self.value = _mlp([context + 2 * h + 4 * h + h * k, w, w, 1])
+        else:
+            context = 2 * k + 4 + t
+            self.policy = _mlp([context + self.latent, cfg["hidden"], cfg["hidden"], 2 * h])
+            self.dynamics = _mlp([4 + 2 * h, w, w, 4])
+            self.value = _mlp([context + 2 * h + 4, w, w, 1])
         r = cfg["render_channels"]
         self.render1 = nn.Conv2d(5, r, 3, padding=1)
         self.render2 = nn.Conv2d(r, r, 3, padding=2, dilation=2)
@@ -95,30 +114,56 @@ class PointMassWAMNet(nn.Module):
         mask = (tokens != 0).float().unsqueeze(-1)
         return (self.embed(tokens) * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
-    def keypoints(self, image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
-        """[B, K, 2]: the expected arena (x, y) in metres of each keypoint map."""
+    def keypoint_logits(self, image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        """[B, K, N]: the keypoint maps' logits over the N cells of the coarse grid."""
         b = image.shape[0]
         x = F.relu(self.conv1(torch.cat([image, self.grid.expand(b, -1, -1, -1)], 1)))
         x = self.conv2(x)
         gamma, beta = self.film(text).chunk(2, dim=-1)
         x = F.relu(x * (1 + gamma[..., None, None]) + beta[..., None, None])
-        maps = self.keypoint_maps(x).flatten(2)
+        return self.keypoint_maps(x).flatten(2)
+
+    def keypoints(self, maps: torch.Tensor) -> torch.Tensor:
+        """[B, K, 2]: the expected arena (x, y) in metres of each keypoint map."""
         attention = F.softmax(maps * self.log_temperature.exp() * 10.0, dim=-1)
         return torch.einsum("bkn,cn->bkc", attention, self.keypoint_grid.flatten(1))
 
     def context(self, image: torch.Tensor, state: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        """[B, 2K + 4 + T]: keypoints (the named target's first), state, instruction."""
+        """[B, 2K (+ K) + 4 + T]: keypoints (the named target's first), with ``trajectory``
+        their presence (each map's peak logit), state, instruction."""
         text = self.text(tokens)
-        return torch.cat([self.keypoints(image, text).flatten(1), state, text], -1)
+        maps = self.keypoint_logits(image, text)
+        parts = [self.keypoints(maps).flatten(1)]
+        if self.trajectory:
+            parts.append(maps.amax(-1))
+        return torch.cat([*parts, state, text], -1)
 
-    def act(self, context: torch.Tensor) -> torch.Tensor:
+    def act(self, context: torch.Tensor, latent: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if self.latent:
+            if latent is None:
+                latent = context.new_zeros(context.shape[0], self.latent)
+            context = torch.cat([context, latent], -1)
         return torch.tanh(self.policy(context)).view(context.shape[0], -1, 2)
 
     def predict_state(self, state: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         return state + self.dynamics(torch.cat([state, actions.flatten(1)], -1))
 
-    def value_logit(self, context: torch.Tensor, actions: torch.Tensor, future_state: torch.Tensor) -> torch.Tensor:
-        return self.value(torch.cat([context, actions.flatten(1), future_state], -1)).squeeze(-1)
+    def predict_trajectory(self, context: torch.Tensor, state: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """[B, H, 4]: the (normalised) state after each action of the chunk (``trajectory``)."""
+        k = self.config["keypoints"]
+        scene = context[:, : 3 * k]
+        steps = self.dynamics(torch.cat([scene, state, actions.flatten(1)], -1))
+        return state[:, None, :] + steps.view(state.shape[0], actions.shape[1], 4)
+
+    def value_logit(self, context: torch.Tensor, actions: torch.Tensor, future: torch.Tensor) -> torch.Tensor:
+        """``future``: the state at the chunk's end [B, 4], or with ``trajectory`` the predicted trajectory [B, H, 4]."""
+        if not self.trajectory:
+            return self.value(torch.cat([context, actions.flatten(1), future], -1)).squeeze(-1)
+        k = self.config["keypoints"]
+        points = context[:, : 2 * k].view(-1, 1, k, 2)
+        distances = (future[:, :, None, :2] - points).norm(dim=-1)  # [B, H, K]
+        features = [context, actions.flatten(1), future.flatten(1), distances.flatten(1)]
+        return self.value(torch.cat(features, -1)).squeeze(-1)
 
     def heat(self, position: torch.Tensor) -> torch.Tensor:
         """[B, 1, H, W] Gaussian bump at ``position`` (metres)."""
@@ -137,17 +182,23 @@ class PointMassWAMNet(nn.Module):
     # ------------------------------------------------------------------ inference
 
     def forward(
-        self, image: torch.Tensor, state: torch.Tensor, tokens: torch.Tensor, candidate: Optional[torch.Tensor] = None
+        self, image: torch.Tensor, state: torch.Tensor, tokens: torch.Tensor, candidate: Optional[torch.Tensor] = None,
+        latent: Optional[torch.Tensor] = None,
     ) -> Dict[str, torch.Tensor]:
         """``image`` [B,3,H,W] in [0, 1]; ``state`` [B,4] normalised (``adapter.normalise_states``);
-        ``candidate`` [B,H,2] or None (then the policy's chunk is used)."""
+        ``candidate`` [B,H,2] or None (then the policy's chunk is used, for the ``latent``
+        [B, latent] given, zero when None)."""
         context = self.context(image, state, tokens)
-        actions = self.act(context) if candidate is None else candidate
-        future_state = self.predict_state(state, actions)
+        actions = self.act(context, latent) if candidate is None else candidate
+        if self.trajectory:
+            future = self.predict_trajectory(context, state, actions)
+            future_state = future[:, -1]
+        else:
+            future = future_state = self.predict_state(state, actions)
         return {
             "actions": actions,
             "future_state": future_state,
-            "value": torch.sigmoid(self.value_logit(context, actions, future_state)),
+            "value": torch.sigmoid(self.value_logit(context, actions, future)),
             "future_image": self.render(image, state[:, :2], future_state[:, :2]),
         }
 

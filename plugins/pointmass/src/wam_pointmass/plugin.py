@@ -11,7 +11,7 @@ from typing import Any, Iterable, Mapping
 from wamcore import Adapter, Capabilities, Intervention, ModelSpec, Option, PlatformSpec, Requirement, hookimpl
 
 from . import adapter, random_model
-from .spec import DEFAULT_MAX_STEPS, PLATFORM, POINTMASS_CONTROL, POINTMASS_OBSERVATION
+from .spec import DEFAULT_MAX_STEPS, FAMILIES, PLATFORM, POINTMASS_CONTROL, POINTMASS_OBSERVATION
 
 MODEL_INSTALL = 'pip install "wam-pointmass[model]"'
 #: steps of every probe intervention: the reference WAM's chunk, so each is also a candidate
@@ -39,6 +39,8 @@ POINTMASS_PLATFORM = PlatformSpec(
         Option("max-steps", type="int", default=DEFAULT_MAX_STEPS, help="Action budget of an episode."),
         Option("action-noise", type="float", default=0.0,
                help="Std of Gaussian noise added to every command (0: deterministic physics)."),
+        Option("family", type="choice", default="reach", choices=FAMILIES,
+               help="Task family: reach (the original task) or pit (a pit lies across the direct route)."),
     ),
     description="A 2-D point mass that must reach the coloured target its instruction names (numpy, CPU).",
     install="pip install wam-pointmass",
@@ -51,18 +53,21 @@ def _model_doctor(options: Mapping[str, Any]) -> Iterable[Any]:
     from wamcore.doctor import DoctorCheck
     from wamcore.errors import CheckpointError
 
-    from .checkpoint import verified_weights, weights_path
+    from .checkpoint import SHIPPED, verified_weights, weights_path
 
-    try:
-        if options.get("verify_hashes"):
-            path, sha = verified_weights(options.get("checkpoint"))
-            detail = f"{path} matches its pinned sha256 {sha[:12]}"
-        else:
-            path = weights_path(options.get("checkpoint"))
-            detail = f"{path} present (--verify-hashes checks its sha256)"
-        yield DoctorCheck(name="pointmass-wam: weights", ok=True, detail=detail)
-    except CheckpointError as exc:
-        yield DoctorCheck(name="pointmass-wam: weights", ok=False, detail=str(exc), fix="pip install --force-reinstall wam-pointmass")
+    checkpoint = options.get("checkpoint")
+    for family in ["reach"] if checkpoint else list(SHIPPED):  # without --am-checkpoint: every shipped file
+        name = "pointmass-wam: weights" + ("" if checkpoint else f" ({family})")
+        try:
+            if options.get("verify_hashes"):
+                path, sha = verified_weights(checkpoint, family=family)
+                detail = f"{path} matches its pinned sha256 {sha[:12]}"
+            else:
+                path = weights_path(checkpoint, family)
+                detail = f"{path} present (--verify-hashes checks its sha256)"
+            yield DoctorCheck(name=name, ok=True, detail=detail)
+        except CheckpointError as exc:
+            yield DoctorCheck(name=name, ok=False, detail=str(exc), fix="pip install --force-reinstall wam-pointmass")
 
 
 POINTMASS_WAM = ModelSpec(
@@ -77,6 +82,8 @@ POINTMASS_WAM = ModelSpec(
                help="CPU threads of torch (torch.set_num_threads, process-wide; 0 leaves torch's default)."),
         Option("weights-sha256", type="str", default=None,
                help="Pinned sha256 of the --am-checkpoint weights (else pins.json beside them)."),
+        Option("weights", type="choice", default="reach", choices=FAMILIES,
+               help="Which shipped weights to load without --am-checkpoint: those trained for the reach or the pit family."),
     ),
     description=(
         "Reference world action model for PointMass (torch, CPU): from image, state and instruction it predicts "

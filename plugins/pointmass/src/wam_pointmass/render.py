@@ -8,7 +8,7 @@ smoothly with sub-pixel motion: a model can read positions finer than a pixel.
 
 from __future__ import annotations
 
-from typing import Iterable, Tuple
+from typing import Iterable, Optional, Tuple
 
 import numpy as np
 
@@ -25,6 +25,18 @@ def to_pixel(xy) -> Tuple[float, float]:
     col = (x + ARENA) * PIXELS_PER_METRE - 0.5
     row = (ARENA - y) * PIXELS_PER_METRE - 0.5
     return row, col
+
+
+def locate_mass(image: np.ndarray) -> Optional[np.ndarray]:
+    """Arena (x, y) of the white mass in a camera frame, real or predicted: the centroid of
+    its whiteness (no target, floor or pit has a channel above 60); None if none is seen."""
+    whiteness = np.clip((image.min(-1).astype(np.float32) - 100.0) / 155.0, 0.0, 1.0)
+    total = float(whiteness.sum())
+    if total <= 0.0:
+        return None
+    rows, cols = np.indices(whiteness.shape, dtype=np.float32)
+    row, col = float((rows * whiteness).sum()) / total, float((cols * whiteness).sum()) / total
+    return np.array([(col + 0.5) / PIXELS_PER_METRE - ARENA, ARENA - (row + 0.5) / PIXELS_PER_METRE])
 
 
 def draw_disc(canvas: np.ndarray, centre_xy, radius_m: float, colour) -> None:
@@ -44,12 +56,13 @@ def draw_disc(canvas: np.ndarray, centre_xy, radius_m: float, colour) -> None:
     canvas[r0:r1, c0:c1] = np.rint(blended).astype(np.uint8)
 
 
-def draw_background(targets: Iterable[Tuple[np.ndarray, tuple]]) -> np.ndarray:
-    """The floor with every (position, colour) target disc on it."""
+def draw_background(discs: Iterable[tuple]) -> np.ndarray:
+    """The floor with every ``(position, colour)`` target disc on it; a disc of another
+    radius (the pit) is ``(position, colour, radius)``."""
     canvas = np.empty((IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)
     canvas[:] = FLOOR_COLOUR
-    for position, colour in targets:
-        draw_disc(canvas, position, TARGET_RADIUS, colour)
+    for position, colour, *radius in discs:
+        draw_disc(canvas, position, radius[0] if radius else TARGET_RADIUS, colour)
     return canvas
 
 
@@ -60,4 +73,4 @@ def draw_frame(background: np.ndarray, agent_xy) -> np.ndarray:
     return frame
 
 
-__all__ = ["PIXELS_PER_METRE", "to_pixel", "draw_disc", "draw_background", "draw_frame"]
+__all__ = ["PIXELS_PER_METRE", "to_pixel", "locate_mass", "draw_disc", "draw_background", "draw_frame"]

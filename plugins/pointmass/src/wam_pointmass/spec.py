@@ -28,6 +28,10 @@ MAX_ACCEL = 2.0
 #: Viscous drag (1/s): the speed under a constant full command tends to MAX_ACCEL / DRAG.
 DRAG = 1.0
 DEFAULT_MAX_STEPS = 60
+#: Task families: ``reach`` (the original task) and ``pit``, where a pit lies across the
+#: direct route to the goal; a mass whose centre enters the pit is stuck there for good.
+FAMILIES = ("reach", "pit")
+PIT_RADIUS = 0.2
 #: The longest chunk the platform executes from one prediction (6.4 s).
 CHUNK_MAX = 64
 
@@ -40,6 +44,7 @@ COLOURS = {
 }
 AGENT_COLOUR = (255, 255, 255)
 FLOOR_COLOUR = (40, 40, 48)
+PIT_COLOUR = (0, 0, 0)
 
 POINTMASS_CONTROL = ControlSpec(
     action_space=ACTION_SPACE,
