@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import attrs
 import numpy as np

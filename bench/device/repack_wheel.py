@@ -55,7 +55,7 @@ def repack(src: Path, outdir: Path, local: str, trim: list, drop: list, keep: se
     old_info, new_info = f"{name}-{version}.dist-info", f"{name}-{new_version}.dist-info"
     out = outdir / f"{name}-{new_version}-{tags}.whl"
 
-    kept, dropped, dropped_bytes = [], 0, 0
+    dropped, dropped_bytes = 0, 0
     with zipfile.ZipFile(src) as zin:
         members = [i for i in zin.infolist() if not i.is_dir()]
         names = {i.filename for i in members}
