@@ -67,10 +67,14 @@ def _object_hook(d: dict) -> Any:
         raise ProtocolError(f"malformed scalar map: {exc}") from None
 
 
+def _no_extension(code: int, data: bytes) -> Any:
+    raise ProtocolError(f"msgpack extension {code} in an openpi message (openpi packs arrays as maps)")
+
+
 def unpackb(data: bytes) -> Any:
     """A received message, arrays restored (read-only); ProtocolError for anything else."""
     try:
-        return msgpack.unpackb(data, object_hook=_object_hook, raw=False, strict_map_key=True)
+        return msgpack.unpackb(data, object_hook=_object_hook, ext_hook=_no_extension, raw=False, strict_map_key=True)
     except WamError:
         raise
     except Exception as exc:  # msgpack raises several unrelated types on garbage
