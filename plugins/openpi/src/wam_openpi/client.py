@@ -14,6 +14,7 @@ no request ids, so a late answer could not be told from the next one).
 
 from __future__ import annotations
 
+import inspect
 import re
 from typing import Any, Callable, Mapping, Optional
 
@@ -25,6 +26,8 @@ from wamcore.openpi import codec
 from wamcore.rpc.protocol import ERROR_CLASSES, AccessDenied, rebuild_error, shorten
 
 MAX_MESSAGE_BYTES = 256 << 20
+#: websockets >= 17 asks for ``legacy=True`` to return the connection itself, outside a ``with``
+_DIRECT = {"legacy": True} if "legacy" in inspect.signature(connect).parameters else {}
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?:: (.*))?$")
 
 
@@ -64,7 +67,7 @@ class OpenpiClient:
         self.close()
         try:
             ws = connect(self.url, compression=None, max_size=MAX_MESSAGE_BYTES, additional_headers=self._headers,
-                         open_timeout=self.open_timeout_s, ping_interval=None, proxy=None)
+                         open_timeout=self.open_timeout_s, ping_interval=None, proxy=None, **_DIRECT)
         except InvalidURI as exc:
             raise ConfigurationError(f"--openpi-endpoint {self.url!r} is not a websocket URL: {exc}") from None
         except InvalidStatus as exc:
