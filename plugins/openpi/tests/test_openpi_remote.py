@@ -104,6 +104,6 @@ def test_against_our_own_server_typed_errors_come_back_as_their_class_and_the_to
         client.connect()
         with pytest.raises(ObservationError) as refused:
             client.infer({"observation/image": np.zeros((224, 224, 3), np.uint8), "prompt": "x"})
-        assert refused.value.problems[0] == "missing key 'observation/wrist_image' (wrist camera, same convention)"
+        assert refused.value.problems[0] == "missing key 'observation/wrist_image' (wrist camera, HxWx3 uint8, rotated the same way)"
         assert len(refused.value.problems) == 2 and "Traceback" in refused.value.remote_traceback
         client.close()

@@ -85,6 +85,12 @@ def _vector(message: Mapping, key: str, n: int, what: str, problems: List[str]) 
     return None
 
 
+def _size(contract: AdapterContract, role: str) -> str:
+    """HxW the model wants for ``role`` (openpi's LIBERO example resizes to 224: its --args.resize-size)."""
+    size = contract.cameras.get(role)
+    return "HxW" if size is None else f"{size[0]}x{size[1]}"
+
+
 def _contract_problems(contract: AdapterContract, cameras, state, layout: str) -> None:
     missing = [f"camera {c!r}" for c in contract.cameras if c not in cameras]
     missing += [f"state {s!r}" for s in contract.state if s not in state]
@@ -124,8 +130,8 @@ class LiberoLayout:
 
     def keys(self, contract: AdapterContract) -> Dict[str, str]:
         return {
-            self.IMAGE: "agentview camera, HxWx3 uint8, rotated 180 degrees from robosuite's render (openpi's example: 224x224)",
-            self.WRIST: "wrist camera, same convention",
+            self.IMAGE: f"agentview camera, {_size(contract, 'primary')}x3 uint8, rotated 180 degrees from robosuite's render",
+            self.WRIST: f"wrist camera, {_size(contract, 'wrist')}x3 uint8, rotated the same way",
             self.STATE: "8 numbers: eef position (3), eef axis-angle (3), gripper qpos (2)",
             PROMPT: "the task instruction (str)",
         }
@@ -180,7 +186,8 @@ class AlohaLayout:
 
     def keys(self, contract: AdapterContract) -> Dict[str, str]:
         return {
-            self.IMAGES: f"map of {', '.join(self.cameras.values())} (head, left and right wrist cameras): 3xHxW uint8",
+            self.IMAGES: f"map of {', '.join(self.cameras.values())} (head, left and right wrist cameras): "
+                         f"3x{_size(contract, 'head')} uint8",
             self.STATE: "14 numbers: RoboTwin's joint_action.vector (left 6 joints, left gripper, right 6, right gripper)",
             PROMPT: "the task instruction (str)",
         }
