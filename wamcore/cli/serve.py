@@ -100,7 +100,8 @@ def serve(ctx, **kwargs):
                          predict_future=kwargs.pop("predict_future"), options=deploy)
     if kwargs.pop("protocol") == "openpi":
         _serve_openpi(ctx, spec, config, host=host, port=port, token=token, ready_file=kwargs.pop("ready_file"),
-                      max_connections=kwargs.pop("max_sessions"), max_message_bytes=int(kwargs.pop("max_message_mb") * (1 << 20)))
+                      max_connections=kwargs.pop("max_sessions"),
+                      max_message_bytes=int(kwargs.pop("max_message_mb") * (1 << 20)))
         return
     service = ModelService(spec, config)
     rpc_server.serve(service, host=host, port=port, token=token, session_ttl_s=kwargs.pop("session_ttl"),

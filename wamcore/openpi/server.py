@@ -163,7 +163,8 @@ class OpenpiServer:
             self.endpoint = f"ws://{f'[{host}]' if ':' in host else host}:{bound}"
             record = self.ready_record(bound)
             write_ready(record, out, ready_file)
-            log.info("serving %s over openpi's protocol on %s (layout %s)", record["backend"], self.endpoint, self.layout.name)
+            log.info("serving %s over openpi's protocol on %s (layout %s)", record["backend"], self.endpoint,
+                     self.layout.name)
             while not stop_requested():
                 await asyncio.sleep(_STOP_POLL_S)
         finally:

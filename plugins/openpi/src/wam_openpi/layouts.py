@@ -91,17 +91,49 @@ def _size(contract: AdapterContract, role: str) -> str:
     return "HxW" if size is None else f"{size[0]}x{size[1]}"
 
 
-def _contract_problems(contract: AdapterContract, cameras, state, layout: str) -> None:
-    missing = [f"camera {c!r}" for c in contract.cameras if c not in cameras]
-    missing += [f"state {s!r}" for s in contract.state if s not in state]
-    if missing:
-        raise ConfigurationError(
-            f"model's {contract.platform} adapter needs {', '.join(missing)}, which openpi's {layout} keys do not "
-            f"carry (they carry cameras {', '.join(cameras)} and state {', '.join(state)})"
-        )
+class _Layout:
+    """What the layouts share: ``openpi-remote``'s contract, the check of a served model's
+    contract, the check of a server's metadata."""
+
+    name: str
+    platform: str
+    action_space: str
+    action_dim: int
+    cameras: Dict[str, str]  # our camera role -> openpi's key
+    state_sizes: Dict[str, int]  # the state vectors openpi's keys carry
+
+    def contract(self, chunk: int) -> AdapterContract:
+        return AdapterContract(platform=self.platform, action_space=self.action_space, action_dim=self.action_dim,
+                               cameras={role: None for role in self.cameras}, state=dict(self.state_sizes),
+                               chunk_size=chunk)
+
+    def check(self, contract: AdapterContract) -> None:
+        missing = [f"camera {c!r}" for c in contract.cameras if c not in self.cameras]
+        missing += [f"state {s!r}" for s in contract.state if s not in self.state_sizes]
+        if missing:
+            raise ConfigurationError(
+                f"model's {contract.platform} adapter needs {', '.join(missing)}, which openpi's {self.name} keys do not "
+                f"carry (they carry cameras {', '.join(self.cameras)} and state {', '.join(self.state_sizes)})"
+            )
+
+    def check_metadata(self, metadata: Mapping[str, Any], chunk: int) -> List[str]:
+        """What a wamcore server's metadata (``wam serve --protocol openpi``) says against this
+        layout; openpi's own servers send their config's ``policy_metadata`` (LIBERO: nothing)."""
+        ours = metadata.get("wamcore")
+        if not isinstance(ours, Mapping):
+            return []
+        problems = []
+        if ours.get("layout") != self.name:
+            problems.append(f"it serves openpi's {ours.get('layout')!r} keys, not {self.name!r}")
+        if ours.get("action_space") != self.action_space:
+            problems.append(f"its actions are {ours.get('action_space')!r}, not {self.action_space!r}")
+        served = ours.get("chunk_size")
+        if isinstance(served, int) and served < chunk:
+            problems.append(f"it answers {served} actions per request, fewer than the {chunk} to execute (--openpi-chunk)")
+        return problems
 
 
-class LiberoLayout:
+class LiberoLayout(_Layout):
     """openpi's LIBERO example keys."""
 
     name = "libero"
@@ -112,12 +144,7 @@ class LiberoLayout:
     default_image_size = 224  # examples/libero/main.py resize_size
     IMAGE, WRIST, STATE = "observation/image", "observation/wrist_image", "observation/state"
     cameras = {"primary": IMAGE, "wrist": WRIST}
-    state = ("eef_position", "eef_quaternion_xyzw", "gripper_qpos")
-
-    def contract(self, chunk: int) -> AdapterContract:
-        return AdapterContract(platform=self.platform, action_space=self.action_space, action_dim=self.action_dim,
-                               cameras={role: None for role in self.cameras},
-                               state={name: LIBERO_STATE[name] for name in self.state}, chunk_size=chunk)
+    state_sizes = {name: LIBERO_STATE[name] for name in ("eef_position", "eef_quaternion_xyzw", "gripper_qpos")}
 
     def request(self, obs: Observation, prompt: str, image_size: int) -> Dict[str, Any]:
         def image(role):
@@ -136,9 +163,6 @@ class LiberoLayout:
             PROMPT: "the task instruction (str)",
         }
 
-    def check(self, contract: AdapterContract) -> None:
-        _contract_problems(contract, self.cameras, self.state, self.name)
-
     def observation(self, message: Mapping[str, Any], contract: AdapterContract) -> Observation:
         raise_problems(check_keys(message, self.keys(contract)), self.name)
         problems: List[str] = []
@@ -152,13 +176,13 @@ class LiberoLayout:
         return Observation(images=images, state=state, instruction=message[PROMPT]).select(contract.cameras, contract.state)
 
     def check_metadata(self, metadata: Mapping[str, Any], chunk: int) -> List[str]:
-        problems = _wamcore_metadata_problems(self, metadata, chunk)
+        problems = super().check_metadata(metadata, chunk)
         if "reset_pose" in metadata:
             problems.append("its metadata has a reset_pose: it serves an ALOHA policy, not a LIBERO one")
         return problems
 
 
-class AlohaLayout:
+class AlohaLayout(_Layout):
     """openpi's ALOHA keys, as RoboTwin 2.0's own openpi policy fills them."""
 
     name = "aloha"
@@ -169,12 +193,7 @@ class AlohaLayout:
     default_image_size = 0  # RoboTwin's pi0 sends its 240x320 cameras as rendered
     IMAGES, STATE = "images", "state"
     cameras = {"head": "cam_high", "left_wrist": "cam_left_wrist", "right_wrist": "cam_right_wrist"}
-    state = ("joint_targets",)
-
-    def contract(self, chunk: int) -> AdapterContract:
-        return AdapterContract(platform=self.platform, action_space=self.action_space, action_dim=self.action_dim,
-                               cameras={role: None for role in self.cameras}, state={"joint_targets": 14},
-                               chunk_size=chunk)
+    state_sizes = {"joint_targets": 14}
 
     def request(self, obs: Observation, prompt: str, image_size: int) -> Dict[str, Any]:
         def chw(role):
@@ -192,9 +211,6 @@ class AlohaLayout:
             PROMPT: "the task instruction (str)",
         }
 
-    def check(self, contract: AdapterContract) -> None:
-        _contract_problems(contract, self.cameras, self.state, self.name)
-
     def observation(self, message: Mapping[str, Any], contract: AdapterContract) -> Observation:
         raise_problems(check_keys(message, self.keys(contract)), self.name)
         problems: List[str] = []
@@ -211,26 +227,6 @@ class AlohaLayout:
             hwc[role] = np.ascontiguousarray(img.transpose(1, 2, 0)) if isinstance(img, np.ndarray) and img.ndim == 3 else img
         return Observation(images=hwc, state={"joint_targets": state},
                            instruction=message[PROMPT]).select(contract.cameras, contract.state)
-
-    def check_metadata(self, metadata: Mapping[str, Any], chunk: int) -> List[str]:
-        return _wamcore_metadata_problems(self, metadata, chunk)
-
-
-def _wamcore_metadata_problems(layout, metadata: Mapping[str, Any], chunk: int) -> List[str]:
-    """What a wamcore server's metadata (``wam serve --protocol openpi``) says against this layout.
-    openpi's own servers send their config's ``policy_metadata`` (LIBERO: nothing) instead."""
-    ours = metadata.get("wamcore")
-    if not isinstance(ours, Mapping):
-        return []
-    problems = []
-    if ours.get("layout") != layout.name:
-        problems.append(f"it serves openpi's {ours.get('layout')!r} keys, not {layout.name!r}")
-    if ours.get("action_space") != layout.action_space:
-        problems.append(f"its actions are {ours.get('action_space')!r}, not {layout.action_space!r}")
-    served = ours.get("chunk_size")
-    if isinstance(served, int) and served < chunk:
-        problems.append(f"it answers {served} actions per request, fewer than the {chunk} to execute (--openpi-chunk)")
-    return problems
 
 
 LIBERO = LiberoLayout()

@@ -22,18 +22,17 @@ DEFAULTS = OpenpiSettings()
 def served_actions(answer: Any, chunk: int, action_dim: int) -> tuple:
     """The first ``chunk`` rows of the answer's ``actions`` as float32, and how many were served."""
     actions = answer.get("actions") if isinstance(answer, Mapping) else None
-    problems = []
     if actions is None:
         keys = ", ".join(map(repr, list(answer)[:10])) if isinstance(answer, Mapping) else type(answer).__name__
-        problems.append(f"the openpi server's answer has no 'actions' (it has {keys})")
+        problem = f"the openpi server's answer has no 'actions' (it has {keys})"
     elif not (hasattr(actions, "dtype") and actions.dtype.kind == "f" and actions.ndim == 2):
-        problems.append(f"'actions' must be a 2-D float array [T, {action_dim}], got {getattr(actions, 'dtype', type(actions).__name__)} "
-                        f"{getattr(actions, 'shape', '')}")
+        got = f"{getattr(actions, 'dtype', type(actions).__name__)} {getattr(actions, 'shape', '')}"
+        problem = f"'actions' must be a 2-D float array [T, {action_dim}], got {got}"
     elif actions.shape[1] != action_dim or actions.shape[0] < chunk:
-        problems.append(f"'actions' must be [T >= {chunk}, {action_dim}] (--openpi-chunk {chunk}), got {tuple(actions.shape)}")
-    if problems:
-        raise PredictionError(problems, context="openpi answer")
-    return actions[:chunk].astype("float32"), int(actions.shape[0])
+        problem = f"'actions' must be [T >= {chunk}, {action_dim}] (--openpi-chunk {chunk}), got {tuple(actions.shape)}"
+    else:
+        return actions[:chunk].astype("float32"), int(actions.shape[0])
+    raise PredictionError([problem], context="openpi answer")
 
 
 def adapter(layout, settings: OpenpiSettings) -> Adapter:
