@@ -243,7 +243,7 @@ def test_open_model_spawn_predicts_and_close_stops(tmp_path, registry):
         (["--am-backend", "torch-wam", "--budget", "3"], "--budget is an option of backend scripted-wam"),
         (["--am-backend", "scripted-wam", "--am-root", "/tmp"], "it needs --am-python"),
         (["--am-backend", "scripted-wam", "--am-python", "/nonexistent/python"], "is not an executable Python interpreter"),
-        (["--am-endpoint", "http://127.0.0.1:9"], "use tcp://HOST:PORT"),
+        (["--am-endpoint", "http://127.0.0.1:9"], "speak ZeroMQ: use the tcp://HOST:PORT"),
     ],
 )
 def test_configuration_errors_say_why(args, message):

@@ -164,9 +164,14 @@ def test_wam_run_video(runner, tmp_path):
     assert out.exit_code == 0, out.output
     record = json.loads(out.output)
     with pil.open(path) as gif:
-        assert gif.n_frames == record["steps"] + 1
+        # the reset frame, one per step, then the outcome held for a second (GIF merges the
+        # ten identical frames into one that lasts 1000 ms)
+        assert gif.n_frames == record["steps"] + 2
+        gif.seek(gif.n_frames - 1)
+        assert gif.info["duration"] == 1000
         width, height = gif.size
-    assert height == 256 and width == 4 * (64 + 2 + 64)  # camera | gap | predicted future, enlarged x4
+    # camera | gap | predicted future, enlarged x4, under a 34-pixel caption, padded to 16-pixel blocks
+    assert (width, height) == (528, 304) and 4 * (64 + 2 + 64) <= width and 256 + 34 <= height
 
 
 def test_wam_eval_json_and_resume(runner, tmp_path):
