@@ -139,7 +139,13 @@ class OpenpiServer:
             self.connections -= 1
             log.info("connection %s closed", session[:8])
             if self.service.uses_sessions:  # free that client's model state
-                loop.run_in_executor(self._model, self.service.reset, session)
+                loop.run_in_executor(self._model, self._reset, session)
+
+    def _reset(self, session: str) -> None:
+        try:
+            self.service.reset(session)
+        except Exception:
+            log.exception("resetting the session of a closed connection failed")
 
     # ------------------------------------------------------------------ lifetime
 
