@@ -5,11 +5,11 @@ Run from the repository root, in a venv with wamcore, ``websockets`` and ``openp
 are used here)::
 
     python -m venv .venv-bench
-    .venv-bench/bin/pip install -e . websockets typing_extensions
+    .venv-bench/bin/pip install -e ".[openpi]" typing_extensions
     .venv-bench/bin/pip install --no-deps openpi-client
     .venv-bench/bin/python bench/rpc.py --rounds 3 --n 2000 --out runs/bench-rpc.json
 
-Three transports, each with a fake model that answers a precomputed chunk at once, so the
+Five transports, each with a fake model that answers a precomputed chunk at once, so the
 numbers are transport + serialization + (for wamcore) validation, nothing else:
 
 * ``wamcore``: ``RemoteModel.predict`` against a real ``wam serve`` worker spawned through
