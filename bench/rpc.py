@@ -21,7 +21,7 @@ numbers are transport + serialization + (for wamcore) validation, nothing else:
   the difference to ``wamcore`` is wamcore's own work (envelope, codec, validation);
 * ``raw_tcp``: the floor of a Python kernel-socket path: one blocking TCP connection,
   ``sendmsg`` of [length prefix, msgpack header, array buffers] with no user-space copy,
-  ``recv_into`` a reused buffer (as in ``../shared/reference/rpc_perf.md``);
+  ``recv_into`` a reused buffer;
 * ``ws_openpi``: openpi's own ``WebsocketClientPolicy`` against a server that speaks its
   protocol (metadata on connect, then msgpack_numpy request/response), written here;
 * ``wamcore_openpi``: the same openpi client against a real ``wam serve --protocol openpi``
@@ -34,7 +34,7 @@ observations from the platform's own env, through any deployment mode::
     python bench/rpc.py latency --platform pointmass --am-backend pointmass-wam \
         --am-python /envs/model/bin/python --am-cuda-device 0 --n 300
 
-Payloads as in rpc_perf.md: LIBERO-sized (2 x 256x256x3 uint8 + 9 floats -> 16x7) and
+Payloads: LIBERO-sized (2 x 256x256x3 uint8 + 9 floats -> 16x7, a Cosmos Policy request) and
 RoboTwin-sized (3 x 240x320x3 uint8 + 14 floats -> 64x14). Each case runs in a fresh
 client process against a fresh server process; cases are interleaved and repeated for
 ``--rounds`` rounds (the host is shared, so one round proves little); the first answer of

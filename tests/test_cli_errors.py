@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import attrs
 import pytest
 from click.testing import CliRunner
@@ -88,3 +90,36 @@ def test_an_http_endpoint_is_told_what_workers_speak(registry):
     result = run(registry, "run", "--platform", "line", "--am-endpoint", "http://127.0.0.1:8000")
     assert result.exit_code == 2
     assert "speak ZeroMQ" in result.stderr and "server of another protocol" in result.stderr
+
+
+def test_backend_options_set_from_python_are_checked_like_flags(registry):
+    from wamcore.errors import ConfigurationError
+    from wamcore.runtime import WorkerConfig, open_model
+
+    platform = registry.platform("line")
+    for options, message in (({"mdoe": "fast"}, "has no deployment option 'mdoe' (it has: mode, steps)"),
+                             ({"steps": "8"}, "is a int, got '8'"),
+                             ({"steps": 5}, "5 is not one of 4, 8")):
+        config = WorkerConfig.from_options(platform="line", am_backend="line-choosy", backend_options=options)
+        with pytest.raises(ConfigurationError, match=re.escape(message)):
+            open_model(config, platform, registry=registry)
+    config = WorkerConfig.from_options(platform="line", am_backend="line-choosy", backend_options={"steps": 8})
+    open_model(config, platform, registry=registry).close()
+
+
+def test_per_request_option_choices_are_checked_before_the_model(line_registry, line_plugin):
+    from wamcore import LocalModel, ModelConfig, ModelService, ObservationError, PredictRequest
+
+    spec = attrs.evolve(line_registry.model("line-p"), name="line-req",
+                        options=(Option("speed", "str", None, choices=("slow", "fast"), deployment=False),))
+    native = line_plugin.ProportionalModel()
+    calls = []
+    native.predict_native = (lambda f: (lambda *a, **k: calls.append(1) or f(*a, **k)))(native.predict_native)
+    model = LocalModel(ModelService(spec, ModelConfig(platform="line"), native=native)).bind(line_registry.platform("line"))
+    env = line_registry.platform("line").create()
+    obs = env.reset(seed=0)
+    with pytest.raises(ObservationError, match="option 'speed' must be one of slow, fast, got 'medium'"):
+        model.predict(PredictRequest(observation=obs, options={"speed": "medium"}))
+    assert calls == []
+    model.predict(PredictRequest(observation=obs, options={"speed": "fast"}))
+    assert calls == [1]

@@ -8,11 +8,12 @@
 * neither: run the model in-process when its plugin is importable here.
 
 GPU selection for a spawned worker follows ``--am-cuda-device`` > ``--cuda-device`` >
-the inherited ``CUDA_VISIBLE_DEVICES`` (RPent's rule, ``../shared/reference/
-rpent_rlinf_wam.md`` §8); :func:`cuda_visible_devices` applies the same rule for other
-services a platform starts (``--env-cuda-device``). The spawn itself follows RPent's
-daemon (§2): the child's stdin is a pipe it watches for EOF, its output goes to a log
-file, and readiness fails fast with the log tail when the child exits.
+the inherited ``CUDA_VISIBLE_DEVICES`` (RPent's rule: RLinf/RPent
+``rpent/robots/components/wam_runtime.py`` ``WAMConfig.start_service``);
+:func:`cuda_visible_devices` applies the same rule for other services a platform starts
+(``--env-cuda-device``). The spawn itself follows RPent's daemon (``rpent/utils/daemon.py``):
+the child's stdin is a pipe it watches for EOF, its output goes to a log file, and readiness
+fails fast with the log tail when the child exits.
 """
 
 from __future__ import annotations
@@ -153,8 +154,11 @@ class WorkerConfig:
         )
 
     def model_config(self, spec: Optional[ModelSpec] = None) -> ModelConfig:
-        """The worker-side config; ``spec`` types the passthrough options."""
+        """The worker-side config; ``spec`` checks the backend options (names, types,
+        choices: also those set from Python) and types the passthrough ones."""
         options = dict(self.options)
+        if spec is not None:
+            check_options(spec, options)
         if self.passthrough:
             if spec is None:
                 raise ConfigurationError("--am-option values need the backend's plugin to be typed")
@@ -194,6 +198,28 @@ def _typed(opt: Option, text: str) -> Any:
         return value
     except ValueError as exc:
         raise ConfigurationError(f"--am-option {opt.dest}: {exc}") from exc
+
+
+_PYTHON_TYPES = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,), "choice": (str, int, float),
+                 "path": (str, os.PathLike)}
+
+
+def check_options(spec: ModelSpec, options: Mapping[str, Any]) -> None:
+    """Deployment options given as Python values: known names, declared types, choices."""
+    by_dest = {o.dest: o for o in spec.options if o.deployment}
+    for key, value in options.items():
+        opt = by_dest.get(key)
+        if opt is None:
+            known = ", ".join(sorted(by_dest)) or "none"
+            raise ConfigurationError(f"backend {spec.name!r} has no deployment option {key!r} (it has: {known})")
+        for v in (value if opt.multiple and isinstance(value, (list, tuple)) else (value,)):
+            if v is None:
+                continue
+            if not isinstance(v, _PYTHON_TYPES[opt.type]) or (opt.type in ("int", "float") and isinstance(v, bool)):
+                raise ConfigurationError(f"backend option {key!r} of {spec.name!r} is a {opt.type}, got {v!r}")
+            if opt.choices and v not in opt.choices and str(v) not in [str(c) for c in opt.choices]:
+                raise ConfigurationError(
+                    f"backend option {key!r} of {spec.name!r}: {v!r} is not one of {', '.join(map(str, opt.choices))}")
 
 
 def typed_options(spec: ModelSpec, strings: Mapping[str, Any]) -> Dict[str, Any]:

@@ -141,6 +141,8 @@ def _option_problem(opt: Option, value: Any) -> Optional[str]:
         ok = isinstance(value, (str, int, float)) and value in opt.choices
     else:  # str, path
         ok = isinstance(value, str) and len(value) <= _MAX_TEXT
+    if ok and opt.choices and opt.type != "choice" and value not in opt.choices:
+        return f"option {opt.dest!r} must be one of {', '.join(map(str, opt.choices))}, got {_brief(value)}"
     if ok:
         return None
     want = {"bool": "true or false", "int": "an integer", "float": "a finite number",

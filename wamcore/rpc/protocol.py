@@ -20,8 +20,8 @@ a :class:`~wamcore.errors.ProtocolError` that says so (the envelope keeps ``type
 ``id`` at the top so that even a future version can be told apart). The ``id`` pairs a
 response with its request: a client that gave up on a request (timeout) drops the late
 answer when it arrives instead of mistaking it for the next one, which is why clients use
-DEALER sockets and not REQ (a REQ socket is stuck after a lost reply; see
-``../shared/reference/rpc_perf.md``, "Recommendation", for the transport measurements).
+DEALER sockets and not REQ (a REQ socket must alternate send and receive, so it is stuck
+after a lost reply; docs/performance.md has the transport measurements).
 
 Errors travel by class name. :func:`rebuild_error` turns a wamcore error back into its own
 class (``except ObservationError`` works across processes, ``.problems`` included) with the

@@ -2,8 +2,9 @@
 
 A LIBERO request is ~0.4 MB of images. Over a socket those bytes are copied into the kernel
 and out again on every step; through a shared-memory segment they are copied once, and the
-socket carries only the small header (``../shared/reference/rpc_perf.md``: shared memory with
-a socket doorbell is the fastest robust same-host path; busy-polling is not).
+socket carries only the small header (measured by the project: shared memory with a socket
+doorbell was the fastest same-host path that stays fast on a loaded host, where busy-polling
+loses whole scheduler slices; docs/performance.md measures the result with ``bench/rpc.py``).
 
 * The client owns an :class:`Arena`: an anonymous memory file (``memfd_create``) that only
   it writes, sealed so that it can never shrink, and with no name anywhere (nothing in

@@ -4,9 +4,10 @@ Cosmos3's LIBERO fine-tune predicts 10 channels per step, ``[dpos(3), rot6d(6),
 gripper(1)]``, frame-wise relative and normalised with ``quantile_rot`` (cosmos-framework
 ``libero_lerobot_dataset.py``; metadata of ``libero_native_frame_wise_relative_rot6d.json``).
 SGLang pads the model's output to its action width and slices it back to ``raw_action_dim``;
-in policy mode it does not de-normalise ``quantile_rot`` (it cannot: §4.3 of
-../shared/reference/sglang_cosmos3.md), so the client does, as RLinf's
-``Cosmos3SGLangAdapter._action_to_env`` (§7.3):
+in policy mode it does not de-normalise ``quantile_rot`` (a server launched with
+``action_stats_path`` knows only ``quantile``, ``meanstd`` and ``minmax`` over the stats'
+``global`` block), so the client does, as RLinf's ``Cosmos3SGLangAdapter._action_to_env``
+(RL#1487 ``rlinf/models/embodiment/cosmos3/sglang_adapter.py``):
 
 1. keep the first 10 channels;
 2. ``a = (x + 1) / 2 * (q99 - q01) + q01`` with the stats under ``global_raw``

@@ -1,7 +1,8 @@
 """SGLang's msgpack body encoding, implemented here so the worker does not import sglang.
 
-SGLang (``runtime/entrypoints/action/protocol.py`` ``pack_msgpack``/``unpack_msgpack``;
-../shared/reference/sglang_cosmos3.md §2.6) packs a numpy array as a msgpack *map* with
+SGLang (sgl-project/sglang
+``python/sglang/multimodal_gen/runtime/entrypoints/action/protocol.py``
+``pack_msgpack``/``unpack_msgpack``) packs a numpy array as a msgpack *map* with
 bin keys ``__ndarray__``, ``data`` (C-order bytes), ``dtype`` (``dtype.str``) and
 ``shape``, and a numpy scalar as ``__npgeneric__``/``data``/``dtype``. On decoding, str or
 bytes keys are accepted. Only plain numeric dtypes are decoded here; anything else is a

@@ -1,6 +1,8 @@
 """Which model an SGLang server serves, and whether it is the one the user configured.
 
-Endpoints (SGLang 0.5.18-0.5.23; ../shared/reference/sglang_cosmos3.md §3.3):
+Endpoints (SGLang 0.5.18-0.5.23; sgl-project/sglang
+``python/sglang/multimodal_gen/runtime/entrypoints/openai/common_api.py`` and
+``.../entrypoints/action/cosmos3.py`` ``cosmos3_action_metadata``):
 ``GET /v1/models`` lists one card whose ``id`` is the served model name (``--model-id``,
 else ``--model-path``) and ``root`` the model path; ``GET /v1/actions/metadata`` answers
 only where the action router is mounted and names ``policy_family`` ("cosmos3") and

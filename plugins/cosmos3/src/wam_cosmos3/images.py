@@ -10,12 +10,13 @@ mirrored left-right, each view on its own, before they are put side by side (mir
 the composite would swap the views).
 
 Layout and size (RL#1487 ``rlinf/models/embodiment/cosmos3/sglang_adapter.py``
-``_encode_images``/``_resize_reflect_pad``; ../shared/reference/sglang_cosmos3.md §7.4):
+``_encode_images``/``_resize_reflect_pad``):
 third-person view on the left, wrist on the right; scaled by ``min(W/w, H/h, 1)`` (aspect
 kept, never enlarged, sizes rounded half up) with PIL bicubic; padded at the bottom, then
 on the right, by numpy ``reflect``, or by ``edge`` when a pad is at least as large as the
 content it extends. With two 256x256 views and 320x192: 256x512 -> 160x320 -> 32 rows of
-reflection. SGLang's own cover-resize and centre crop are then no-ops (§4.2).
+reflection. SGLang's own cover-resize and centre crop (sgl-project/sglang
+``python/sglang/multimodal_gen/runtime/utils/vision.py`` ``preprocess_image``) are then no-ops.
 """
 
 from __future__ import annotations

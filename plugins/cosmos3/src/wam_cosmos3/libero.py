@@ -22,8 +22,8 @@ from .settings import Cosmos3Settings
 CAMERA_SIZE = (256, 256)
 
 #: Appended to the task when both views are sent (RLinf ``_augment_prompt``): the first
-#: sentence is SGLang's concat_view framing, the second cosmos-framework's LIBERO
-#: ``additional_view_description`` (../shared/reference/sglang_cosmos3.md §7.4).
+#: sentence is SGLang's concat_view framing, the second NVIDIA/cosmos-framework's LIBERO
+#: ``additional_view_description`` (its LIBERO dataset, ``libero_lerobot_dataset.py``).
 TWO_VIEW_SENTENCES = (
     " This video contains concatenated views from multiple camera perspectives."
     " The left half shows the third-person view; the right half shows the wrist-mounted camera."

@@ -1,13 +1,17 @@
 """The ``POST /v1/actions/generations`` envelope: the request we build, the answer we read.
 
-Request (SGLang 0.5.18+, ../shared/reference/sglang_cosmos3.md §2.2-2.5): ``input`` holds
+Request (SGLang 0.5.18+; sgl-project/sglang
+``python/sglang/multimodal_gen/runtime/entrypoints/action/protocol.py``
+``_action_request_to_observation`` and, from 0.5.19, ``action/cosmos3.py``
+``build_cosmos3_action_sampling_params``): ``input`` holds
 the text and one image, ``parameters`` the generation options, ``runtime`` asks for the
 envelope. We send one observation per request with a plain string prompt and a plain
 string image, which every SGLang with the action router accepts (0.5.18 handles only one
 image, and 0.5.19+ caps a batch at ``--batching-max-size``, default 1); RLinf sends
 one-element lists, which 0.5.19+ treats the same.
 
-Answer (§3.1): ``data[i].action.values`` is ``[H, D]`` float32 (a numpy array in msgpack),
+Answer (``action/protocol.py`` ``action_generation_response``): ``data[i].action.values`` is
+``[H, D]`` float32 (a numpy array in msgpack),
 one entry per input image, ``H = num_frames - 1``, ``D = raw_action_dim``.
 """
 

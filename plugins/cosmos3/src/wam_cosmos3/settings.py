@@ -1,8 +1,8 @@
 """The Cosmos3 backend's deployment settings and the command-line options that set them.
 
 Defaults are RLinf's LIBERO evaluation settings (RL#1487
-``evaluations/libero/libero_spatial_cosmos3_eval_sglang.yaml``; reference:
-../shared/reference/sglang_cosmos3.md §7.1 and rpent_rlinf_wam.md §6): size 320x192,
+``evaluations/libero/libero_spatial_cosmos3_eval_sglang.yaml`` and the code defaults of
+``rlinf/models/embodiment/cosmos3/sglang_adapter.py``): size 320x192,
 17 frames, fps 20, action fps 20, 30 denoising steps, seed 1140, ``quantile_rot``
 de-normalisation, 16-action chunks, HTTP retries 5 with a 1 s backoff step.
 """
@@ -63,8 +63,9 @@ class Cosmos3Settings:
     retry_backoff: float = 1.0
 
     def __attrs_post_init__(self):
-        # SGLang's own rules (sglang_cosmos3.md §2.4), checked here so a bad value fails at
-        # start-up with the flag's name instead of as a 400 at the first prediction.
+        # SGLang's own rules (its ``action/cosmos3.py`` ``build_cosmos3_action_sampling_params``),
+        # checked here so a bad value fails at start-up with the flag's name instead of as a
+        # 400 at the first prediction.
         if self.num_frames <= 1 or (self.num_frames - 1) % 4 != 0:
             raise ConfigurationError(
                 f"--cosmos3-num-frames must be 4k+1 and > 1 (SGLang's rule), got {self.num_frames}"

@@ -1,7 +1,7 @@
 """HTTP to SGLang with the standard library: timeouts, bounded retries, clear errors.
 
 The retry policy follows RLinf's ``InferenceHTTPClient.post`` (RL#1487
-``rlinf/utils/http_client.py``; ../shared/reference/sglang_cosmos3.md §7.5): HTTP
+``rlinf/utils/http_client.py``): HTTP
 500/502/503/504 and a dropped connection are retried up to ``retries`` times, retry ``k``
 sleeping ``k * backoff_s`` (linear); any other non-2xx fails at once with the status and
 the start of the body. Two deliberate differences: a *refused* connection is not retried

@@ -1,8 +1,9 @@
 """The checkpoint directory this plugin needs, its pins, and the start-up check.
 
 A LIBERO checkpoint directory holds the three files of the upstream release
-``nvidia/Cosmos-Policy-LIBERO-Predict2-2B`` (wam_models.md §1(d); the directory layout is the
-one RPent's server used, rpent_rlinf_wam.md §5): the policy weights, the dataset statistics
+``nvidia/Cosmos-Policy-LIBERO-Predict2-2B`` (NVlabs/cosmos-policy ``LIBERO.md``; the directory
+layout is the one RPent's server used, RLinf/RPent
+``rpent/robots/components/cosmos_policy/server.py``): the policy weights, the dataset statistics
 used to normalise proprio and un-normalise actions, and the T5 instruction embeddings.
 
 Upstream downloads them with no revision pinned, so the shipped pin file

@@ -1,16 +1,18 @@
 """Cosmos Policy's LIBERO adapter: a physical LIBERO observation in, the upstream ``obs``
 dict for ``get_action`` out; upstream's action list in, a 16x7 LIBERO chunk out.
 
-Upstream conventions (``shared/reference/wam_models.md`` §1(a),(b); ``rpent_rlinf_wam.md`` §5;
-NVlabs/cosmos-policy ``run_libero_eval.py`` ``prepare_observation`` and ``libero_utils.py``):
+Upstream conventions (NVlabs/cosmos-policy ``cosmos_policy/experiments/robot/libero/``
+``run_libero_eval.py`` ``prepare_observation`` and ``libero_utils.py``, ``cosmos_utils.py``
+``get_action``; how RPent wrapped it: RLinf/RPent ``rpent/robots/components/cosmos_policy/``):
 
 * **Images.** Upstream feeds ``np.flipud(obs["agentview_image"])`` as ``primary_image`` and
   ``np.flipud(obs["robot0_eye_in_hand_image"])`` as ``wrist_image`` (``--flip_images True``;
   the training set was regenerated with the same flip). That vertical flip is exactly the one
   the LIBERO platform applies once to reach wamcore's top-left origin, so the adapter passes
   both views through unchanged. It must *not* rotate them by 180 degrees (``[::-1, ::-1]``):
-  that is Fast-WAM's convention (wam_models.md §2(a)), a different model trained on other
-  pixels. Both views are 256x256, upstream's ``env_img_res``; upstream resizes to 224 itself.
+  that is Fast-WAM's convention (yuantianyuan01/FastWAM ``experiments/libero/libero_utils.py``),
+  a different model trained on other pixels. Both views are 256x256, upstream's
+  ``env_img_res``; upstream resizes to 224 itself.
 * **Proprio.** 9-D, in upstream order ``gripper_qpos(2) | eef_pos(3) | eef_quat(4)``; robosuite's
   ``robot0_eef_quat`` is x, y, z, w, which is the platform's ``eef_quaternion_xyzw``. Upstream
   normalises it with the dataset statistics inside ``get_action``; the adapter sends raw values.

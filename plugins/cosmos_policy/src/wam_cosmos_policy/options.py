@@ -1,10 +1,11 @@
 """The backend's worker options, declared once for the CLI and resolved once in the worker.
 
 Defaults follow upstream's LIBERO evaluation (``run_libero_eval.py`` ``PolicyEvalConfig`` and
-the documented command line; wam_models.md §1(c)): 5 action denoising steps, deterministic
-mode on. The sampling seed defaults to 1, ``get_action``'s own default (and RPent's server
-default, rpent_rlinf_wam.md §5); a request that carries a seed (``wam run --seed N`` sends
-one) uses that seed instead, as upstream's ``--seed`` drives both the episode and sampling.
+the command line in upstream's ``LIBERO.md``): 5 action denoising steps, deterministic mode
+on. The sampling seed defaults to 1, ``get_action``'s own default (and RPent's server default,
+RLinf/RPent ``rpent/robots/components/cosmos_policy/server.py``); a request that carries a
+seed (``wam run --seed N`` sends one) uses that seed instead, as upstream's ``--seed`` drives
+both the episode and sampling.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Upstream stores ``{instruction: torch.Tensor (1, 512, 1024)}`` with ``pickle.dump`` and reads
 it back with a plain ``pickle.load`` (``init_t5_text_embeddings_cache`` in
-``cosmos_policy/experiments/robot/cosmos_utils.py``; wam_models.md §1(a)). A plain unpickler
+NVlabs/cosmos-policy ``cosmos_policy/experiments/robot/cosmos_utils.py``). A plain unpickler
 runs whatever callable the file names, so a tampered cache would run code in the worker.
 
 This module reads the same file with an unpickler that resolves only the globals a

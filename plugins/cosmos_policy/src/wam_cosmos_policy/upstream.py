@@ -3,7 +3,8 @@ it, and the few upstream names the worker calls.
 
 Everything the worker needs from upstream goes through :class:`UpstreamAPI`, imported by
 :func:`import_api` only inside the model's own environment. The names are those of
-NVlabs/cosmos-policy at the pinned revision (wam_models.md §1(c)):
+NVlabs/cosmos-policy at the pinned revision (``cosmos_policy/experiments/robot/cosmos_utils.py``,
+``cosmos_policy/experiments/robot/libero/run_libero_eval.py``):
 
 * ``cosmos_policy.experiments.robot.cosmos_utils``: ``get_model(cfg)``,
   ``get_action(cfg, model, dataset_stats, obs, task_label_or_embedding, seed,
@@ -36,7 +37,7 @@ EXPERIMENT = "cosmos_predict2_2b_480p_libero__inference_only"
 CONFIG_FILE = "cosmos_policy/config/config.py"
 
 PINNED = f"{DISTRIBUTION} {VERSION} ({REPOSITORY} @ {REVISION})"
-#: provisioning of the model's own environment, per upstream LIBERO.md (wam_models.md §1(e)):
+#: provisioning of the model's own environment, per upstream ``LIBERO.md`` and ``pyproject.toml``:
 #: Python 3.10, the cu128 extra (torch==2.7.0, flash-attn, transformer-engine) from uv.lock
 PROVISION = (
     f"git clone {REPOSITORY} cosmos-policy",

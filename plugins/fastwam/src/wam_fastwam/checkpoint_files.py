@@ -2,7 +2,7 @@
 
 The released files (HF ``yuanty/fastwam``: ``libero_uncond_2cam224.pt``,
 ``robotwin_uncond_3cam_384.pt`` and a ``<stem>_dataset_stats.json`` beside each;
-../shared/reference/wam_models.md §2(d)) are named in the shipped pin file
+FastWAM ``README.md``) are named in the shipped pin file
 ``pins/fastwam.json``. The upstream README gives no revision and the files could not be
 downloaded where this plugin was written, so their sha256 are ``null`` (presence only) until a
 user pins their download: ``wamcore.checkpoints.write_pins`` writes a pin file, and
@@ -10,7 +10,8 @@ user pins their download: ``wamcore.checkpoints.write_pins`` writes a pin file, 
 not match is a start-up :class:`CheckpointError` naming the file.
 
 Stats are found the way RLinf's ``_resolve_dataset_stats_path`` looks for them
-(rpent_rlinf_wam.md §7): an explicit path, else ``<checkpoint stem>_dataset_stats.json``
+(RL#1398 ``rlinf/models/embodiment/fastwam/__init__.py``): an explicit path, else
+``<checkpoint stem>_dataset_stats.json``
 beside the checkpoint, else ``dataset_stats.json`` in up to four parent folders. Unlike RLinf,
 an explicit path that does not exist is an error rather than a silent fallback, and the path
 found is handed on explicitly, so the model loads exactly the file that was verified.

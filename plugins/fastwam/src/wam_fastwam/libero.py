@@ -4,8 +4,9 @@ RLinf owns the model-side preprocessing (center-crop-resize to the processor's 2
 horizontal concatenation, [-1, 1] scaling, min/max state normalisation, prompt template) and
 the action restoration (min/max de-normalisation, FastWAM's 0 = close / 1 = open gripper
 mapped to LIBERO's -1 = open / +1 = close, optional sign binarisation, the first
-``num_action_chunks`` steps); rpent_rlinf_wam.md §7, wam_models.md §2(a)(b). This adapter
-builds exactly what RLinf's ``LiberoEnv`` would hand to ``predict_action_batch``:
+``num_action_chunks`` steps); RL#1398 ``rlinf/models/embodiment/fastwam/fastwam_policy.py``,
+FastWAM ``experiments/libero/eval_libero_single.py`` and ``configs/data/libero_2cam.yaml``.
+This adapter builds exactly what RLinf's ``LiberoEnv`` would hand to ``predict_action_batch``:
 
 * ``main_images`` / ``wrist_images`` ``[1, H, W, 3] uint8``: Fast-WAM was trained on
   robosuite renders rotated 180 degrees (``img[::-1, ::-1]``, RLinf and FastWAM
@@ -34,7 +35,7 @@ from wamcore.errors import PredictionError
 PLATFORM = "libero"
 ACTION_SPACE = "libero.osc_pose.delta.v1"
 ACTION_DIM = 7
-#: The render size Fast-WAM's LIBERO data and evaluation use (wam_models.md §2(a)).
+#: The render size Fast-WAM's LIBERO data and evaluation use (FastWAM ``experiments/libero/``).
 CAMERA_SIZE = (256, 256)
 STATE = {"eef_position": 3, "eef_quaternion_xyzw": 4, "gripper_qpos": 2}
 #: RLinf's default model YAML: num_action_chunks 10, action_horizon 32.

@@ -1,11 +1,12 @@
 """FastWAM's z-score normalisation of the RoboTwin state and actions, from its dataset stats.
 
 FastWAM's RoboTwin processor normalises the merged 14-D state and action (key ``default``)
-with ``norm_default_mode: z-score`` and global statistics (``configs/data/robotwin.yaml``;
-../shared/reference/wam_models.md §2(f)). Its ``SingleFieldLinearNormalizer`` computes, in
-float32, ``scale = 1 / (std + 1e-8)`` and ``offset = -mean / (std + 1e-8)``; forward is
-``clamp(x * scale + offset, -5, 5)``, backward ``(y - offset) / scale``. The same arithmetic
-runs here in float32 numpy, so the worker's inputs and outputs match the official path.
+with ``norm_default_mode: z-score`` and global statistics (``configs/data/robotwin.yaml``).
+Its ``SingleFieldLinearNormalizer`` (``src/fastwam/datasets/lerobot/utils/normalizer.py``)
+computes, in float32, ``scale = 1 / (std + 1e-8)`` and ``offset = -mean / (std + 1e-8)``;
+forward is ``clamp(x * scale + offset, -5, 5)``, backward ``(y - offset) / scale``. The same
+arithmetic runs here in float32 numpy, so the worker's inputs and outputs match the official
+path.
 
 Stats file layout (``*_dataset_stats.json`` shipped with the checkpoint)::
 

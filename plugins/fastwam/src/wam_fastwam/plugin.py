@@ -1,6 +1,7 @@
 """wamcore hooks for Fast-WAM. Imports only wamcore and this package's light modules; torch,
 RLinf, FastWAM and Hydra are imported by ``wam_fastwam.worker`` inside the model's own
-environment. Facts: ../shared/reference/rpent_rlinf_wam.md §7, wam_models.md §2.
+environment. Upstream: RLinf/RLinf PR #1398 (``rlinf/models/embodiment/fastwam/``) and
+yuantianyuan01/FastWAM at 45d8e14 (``experiments/``, ``configs/``).
 """
 
 from __future__ import annotations

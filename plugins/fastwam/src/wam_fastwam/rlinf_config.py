@@ -1,7 +1,7 @@
 """The native RLinf model YAML that the LIBERO worker hands to RLinf's ``get_model()``.
 
 The schema is RLinf's (RL#1398 ``examples/embodiment/config/model/fastwam.yaml`` and
-``rlinf/models/embodiment/fastwam/__init__.py``; ../shared/reference/rpent_rlinf_wam.md §7):
+``rlinf/models/embodiment/fastwam/__init__.py`` ``get_model``):
 ``num_action_chunks`` is the executed chunk, inference options are top-level model fields,
 and FastWAM's own configs are composed by RLinf from ``fastwam.config_dir`` /
 ``config_name`` / ``overrides``. It is checked here, cheaply (PyYAML ``safe_load``, no torch),
@@ -31,7 +31,8 @@ PRECISIONS = ("bf16", "bf16-mixed", "fp16", "16", "16-mixed", 16, "fp32", "32", 
 #: FastWAM's LIBERO configuration in RLinf's default model YAML.
 DEFAULT_CONFIG_NAME = "sim_libero"
 DEFAULT_OVERRIDES = ("model.redirect_common_files=true",)
-#: sim_libero's data config: two 224x224 cameras concatenated horizontally (wam_models.md §2(a)).
+#: sim_libero's data config: two 224x224 cameras concatenated horizontally (FastWAM
+#: ``configs/data/libero_2cam.yaml``).
 SIM_LIBERO_VIDEO_SIZE = [224, 448]
 SIM_LIBERO_CONCAT = "horizontal"
 

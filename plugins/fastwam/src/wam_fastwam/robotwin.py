@@ -1,8 +1,8 @@
 """Fast-WAM's RoboTwin adapter, on the official FastWAM path (RLinf's wrapper lacks it).
 
 Conventions of FastWAM's RoboTwin deployment (``experiments/robotwin/fastwam_policy/
-deploy_policy.py`` at 45d8e14; ../shared/reference/wam_models.md §2(f),
-rpent_rlinf_wam.md §4):
+deploy_policy.py`` ``_build_robotwin_image_tensor`` at 45d8e14, ``configs/data/robotwin.yaml``;
+RPent's encoder, RLinf/RPent ``rpent/robots/components/fast_wam/adapter/encode.py``, matches):
 
 * one 384x320 (HxW) image: the head camera resized (PIL bilinear) to 256x320 on top, the
   left and right wrist cameras resized to 128x160 each side by side below it

@@ -2,13 +2,13 @@
 
 * LIBERO runs through RLinf's Fast-WAM integration (RLinf PR #1398): ``rlinf.models.get_model``
   and ``FastWAMPolicy.predict_action_batch``. The revision validated with it is RLinf
-  ``357f85b`` with the FastWAM revision RLinf pins, ``45d8e14`` (product brief, seed 000;
-  RLinf's ``requirements/install.sh`` ``install_fastwam_deps``). ``357f85b`` was not found in
-  RLinf's public refs when the reference was written
-  (../shared/reference/sglang_cosmos3.md, "Fast-WAM (RL#1398)"); the PR head then was
-  ``c42619879ae7e21c6a49992a3740d836e08381d6``.
+  ``357f85b`` with the FastWAM revision RLinf pins, ``45d8e14`` (the product brief; RLinf's
+  ``requirements/install.sh`` ``install_fastwam_deps``). ``357f85b`` was not in RLinf/RLinf's
+  public refs (no branch, tag or ``refs/pull/*``) on 2026-08-22, when the PR's head
+  (``refs/pull/1398/head``) was ``c42619879ae7e21c6a49992a3740d836e08381d6``.
 * RoboTwin runs on FastWAM's own model API (``FastWAM.infer_action``), because RLinf's wrapper
-  has no three-camera / qpos14 support (rpent_rlinf_wam.md §7; wam_models.md §2(f)). Its
+  has no three-camera / qpos14 support (RL#1398 ``fastwam_policy.py`` takes
+  ``main_images``/``wrist_images`` and an 8-D LIBERO state). Its
   conventions were read from FastWAM ``45d8e14``.
 
 Nothing here imports the upstream packages: presence is read with ``find_spec`` and the
@@ -44,7 +44,7 @@ class UpstreamPin:
 
 FASTWAM_REVISION = "45d8e1458921d83f8ad6cf9ce993d371208dabd0"
 RLINF_REVISION = "357f85b"
-#: The public head of RLinf PR #1398 when the reference was written (for users whose
+#: The public head of RLinf PR #1398 on 2026-08-22 (for users whose
 #: clone cannot reach 357f85b); shown by ``wam doctor`` and the docs, never installed silently.
 RLINF_PUBLIC_HEAD = "c42619879ae7e21c6a49992a3740d836e08381d6"
 

@@ -178,7 +178,8 @@ class RoboTwinModel:
 
 def fastwam_config_dir(explicit: Optional[str] = None) -> Path:
     """FastWAM's ``configs/``: ``--fastwam-config-dir``, else ``$FASTWAM_CONFIG_DIR``, else the
-    installed (editable) FastWAM checkout's ``configs/`` (RLinf's rule, rpent_rlinf_wam.md §7)."""
+    installed (editable) FastWAM checkout's ``configs/`` (RLinf's rule: RL#1398
+    ``rlinf/models/embodiment/fastwam/__init__.py``)."""
     import importlib.util
 
     given = explicit or os.environ.get(FASTWAM_CONFIG_ENV)

@@ -1,7 +1,8 @@
 """``wam doctor`` checks for the libero platform, without importing the simulator.
 
 Reports: the simulator packages and whether their versions are the pinned ones (physics and
-pixels differ across MuJoCo versions, sim_feasibility.md §1.7), the rendering backend
+pixels differ across MuJoCo versions: google-deepmind/mujoco ``doc/changelog.rst``), the
+rendering backend
 (``MUJOCO_GL``, EGL libraries), the LIBERO assets, and the upstream first-run prompt.
 """
 

@@ -1,6 +1,8 @@
 """The LIBERO env: one upstream ``OffScreenRenderEnv`` per (suite, task), physical observations.
 
-Conventions (../shared/reference/rpent_rlinf_wam.md §3; wam_models.md §1):
+Conventions (the LIBERO evaluations of NVlabs/cosmos-policy
+``cosmos_policy/experiments/robot/libero/run_libero_eval.py`` and Physical-Intelligence/openpi
+``examples/libero/main.py``; LIBERO's ``libero/libero/envs/bddl_base_domain.py``):
 
 * reset: reseed (``env.seed``), ``env.reset()`` with ``hard_reset=False`` (the model is built
   once per task; reset takes ~0.6 s instead of ~3 s), load the init state, then
@@ -43,7 +45,8 @@ STATE_KEYS = {
 
 @attrs.frozen(eq=False)
 class LiberoSnapshot:
-    """Everything that decides what the env does next (sim_feasibility.md §1.6), plus the
+    """Everything that decides what the env does next (found by the project:
+    ``plugins/libero/tests`` replay branches from a snapshot bit-identically), plus the
     model fields LIBERO changes at run time (fixture placement at reset, burner-site alpha in
     ``set_visualization``). Valid only for the env that took it."""
 

@@ -1,9 +1,11 @@
 """The fast-render option: per-env MuJoCo visual settings that make CPU rendering ~2.5x faster.
 
-sim_feasibility.md §1.5: with Mesa llvmpipe, two LIBERO cameras cost ~225-280 ms per step,
-mostly fixed cost of 4x MSAA on a 640x480 offscreen buffer and a reflection pass (LIBERO's
+Measured by the project (``MUJOCO_GL=egl python bench/libero_step.py [--fast-render]``,
+docs/platforms/libero.md "Speed"): with Mesa llvmpipe, two LIBERO cameras at 256 px cost
+~250 ms per step, mostly the fixed cost of 4x MSAA on robosuite's 640x480 offscreen buffer
+(``robosuite/utils/binding_utils.py`` ``MjRenderContext``) and a reflection pass (LIBERO's
 table, bowls and cabinet have ``reflectance > 0``). Turning both off and sizing the buffer to
-the camera brings it to ~90-120 ms. **Pixels change** (mean abs difference ~1.3-2.1 of 255,
+the camera brings it to ~90 ms. **Pixels change** (mean abs difference ~1-2 of 255,
 reflections vanish), so an evaluation either uses it for every episode or for none; the
 ``fast_render`` platform option is recorded in ``wam eval``'s config.json.
 

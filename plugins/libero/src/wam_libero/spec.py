@@ -1,7 +1,11 @@
 """LIBERO's physical observation and control, as wamcore contracts (no simulator import).
 
-Facts: ../shared/reference/rpent_rlinf_wam.md §3 and sim_feasibility.md §1.4. Model adapters
-rely on exactly these names, units and conventions.
+Facts: robosuite 1.4 (ARISE-Initiative/robosuite ``robosuite/controllers/config/osc_pose.json``
+for the OSC_POSE scaling, ``robosuite/models/grippers/panda_gripper.py`` for the gripper sign,
+the ``robot0_*`` observation keys) and LIBERO (Lifelong-Robot-Learning/LIBERO
+``libero/libero/envs/``, 20 Hz control); RPent's LIBERO platform uses the same names
+(RLinf/RPent ``robots/libero/``). Model adapters rely on exactly these names, units and
+conventions.
 """
 
 from __future__ import annotations
@@ -50,7 +54,8 @@ def observation_spec(resolution: int = DEFAULT_RESOLUTION) -> ObservationSpec:
     """Cameras ``primary`` (agentview) and ``wrist`` (eye-in-hand), square, top-left origin.
 
     robosuite renders bottom-up; the platform flips each image once vertically (``img[::-1]``),
-    which is Cosmos Policy's ``np.flipud`` input (wam_models.md §1a). Models trained on images
+    which is Cosmos Policy's ``np.flipud`` input (NVlabs/cosmos-policy
+    ``cosmos_policy/experiments/robot/libero/libero_utils.py``). Models trained on images
     rotated 180° (Fast-WAM, StarWAM, openpi: ``[::-1, ::-1]``) add a left-right flip in their
     adapter."""
     r = int(resolution)

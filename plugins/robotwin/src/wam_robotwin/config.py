@@ -1,10 +1,12 @@
 """RoboTwin's own YAML configs, read the way its ``script/eval_policy.py`` reads them.
 
-Builds the keyword arguments of ``setup_demo`` (reference robotwin_starwam_lingbot.md §1.2):
+Builds the keyword arguments of ``setup_demo`` (as ``script/eval_policy.py`` ``main`` does;
+``envs/_base_task.py`` ``_init_task_env_`` consumes them):
 the task config YAML plus the task name, the embodiment files and configs, the head camera
 size and ``eval_mode=True`` (which makes RoboTwin load the task's step limit). Also derives
-what wamcore must know before RoboTwin is imported: the camera sizes (§1.4), the step limit
-(§3.5) and whether the embodiment speaks qpos14. Nothing here imports RoboTwin.
+what wamcore must know before RoboTwin is imported: the camera sizes
+(``task_config/_camera_config.yml``), the step limit (``task_config/_eval_step_limit.yml``)
+and whether the embodiment speaks qpos14. Nothing here imports RoboTwin.
 """
 
 from __future__ import annotations
@@ -89,7 +91,8 @@ def load_setup(root: Path, task: str, task_config: str) -> TaskSetup:
     args["head_camera_h"], args["head_camera_w"] = cameras["head"]
     args.update(task_name=task, task_config=task_config, eval_mode=True, render_freq=0)
     # eval_video_save_dir is left out: take_action would then write frames to an ffmpeg
-    # process the caller must attach (reference §1.2); wamcore records video itself.
+    # process the caller must attach (``envs/_base_task.py`` ``take_action``); wamcore
+    # records video itself.
     args.pop("eval_video_save_dir", None)
     limits = read_yaml(cfg_dir / "_eval_step_limit.yml") or {}
     return TaskSetup(

@@ -1,21 +1,24 @@
 """A RoboTwin 2.0 task as a wamcore :class:`~wamcore.specs.Env`, built through RoboTwin's own API.
 
-Everything follows RoboTwin's ``script/eval_policy.py`` (reference robotwin_starwam_lingbot.md §3):
+Everything follows RoboTwin's ``script/eval_policy.py`` (RoboTwin-Platform/RoboTwin at c3ddfa8):
 
 * the task is ``envs.<task>.<task>()`` and each episode is ``setup_demo(now_ep_num, seed,
   is_test=True, **task config)``; RoboTwin runs from its root, so every call into it runs with
   the checkout as working directory (and the caller's directory is restored after);
 * a seed is used only if the scripted expert solves it (``play_once``, then ``plan_success and
   check_success()``); episode ``i`` of seed ``S`` is the ``i``-th accepted simulator seed from
-  ``100000 * (1 + S)`` (§3.2); the expert's info fills the instruction templates (§2.4);
+  ``100000 * (1 + S)``; the expert's info fills the instruction templates
+  (``description/utils/generate_episode_instructions.py``);
 * one action is one ``take_action(a, action_type="qpos")`` call: ``steps`` is RoboTwin's
   ``take_action_cnt``, ``max_steps`` its ``step_lim`` and native success its ``eval_success``,
   which RoboTwin sets inside ``take_action`` at the first physics step where ``check_success()``
-  holds (§2.2, §2.3). wamcore's ``wam_act`` stops at ``steps >= max_steps`` before calling
-  ``step``, the same condition as the harness's ``while take_action_cnt < step_lim``.
+  holds (``envs/_base_task.py``). wamcore's ``wam_act`` stops at ``steps >= max_steps``
+  before calling ``step``, the same condition as the harness's
+  ``while take_action_cnt < step_lim``.
 
 Observations are rendered only when asked for (``observe``), once per chunk under ``wam_act``,
-as FastWAM's ``skip_get_obs_within_replan`` does (§3.7): the upstream harness renders before
+as FastWAM's ``skip_get_obs_within_replan`` does (in its vendored
+``third_party/RoboTwin/script/eval_policy.py``): the upstream harness renders before
 every action, which costs a full ray-traced render per action.
 """
 

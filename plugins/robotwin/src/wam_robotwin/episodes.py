@@ -1,7 +1,8 @@
 """Evaluation episodes the way RoboTwin's ``script/eval_policy.py`` counts them.
 
 Upstream evaluates ``--seed S`` as the first N seeds, from ``100000 * (1 + S)`` upward, that
-the scripted expert solves (reference robotwin_starwam_lingbot.md §3.2). So an episode is a
+the scripted expert solves (``script/eval_policy.py``: ``st_seed = 100000 * (1 + seed)``).
+So an episode is a
 (seed, index) pair, not a raw simulator seed: the env finds the index-th accepted seed itself
 (and remembers accepted seeds, so a reused env scans each seed once, as upstream does).
 """

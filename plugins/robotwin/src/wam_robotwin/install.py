@@ -2,8 +2,8 @@
 
 RoboTwin is not a registry package: it is a source checkout whose code runs from its own root
 (relative asset paths, ``./task_config``), with assets from a Hugging Face dataset and a
-SAPIEN/mplib/cuRobo stack installed by its own script
-(../shared/reference/robotwin_starwam_lingbot.md §1.1, §4). Nothing here imports it.
+SAPIEN/mplib/cuRobo stack installed by its own script (``script/_install.sh``,
+``script/_download_assets.sh``). Nothing here imports it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from wamcore.errors import DependencyNotInstalled
 ROOT_ENV = "ROBOTWIN_ROOT"
 REPOSITORY = "https://github.com/RoboTwin-Platform/RoboTwin.git"
 #: Last commit with the classic 2.0 layout (envs/, task_config/, script/); envs/ and
-#: task_config/ are byte-identical to bf44be5, the copy FastWAM vendors (reference §0).
+#: task_config/ are byte-identical to bf44be5, the copy FastWAM vendors in third_party/RoboTwin
+#: (``git diff bf44be5 c3ddfa8 -- envs task_config`` is empty).
 TESTED_COMMIT = "c3ddfa8"
 
 INSTALL_GUIDE = f"""install RoboTwin 2.0 from source (Linux, NVIDIA GPU with Vulkan, CUDA 12.x, Python 3.10), then point the plugin at it:
@@ -36,7 +37,8 @@ CODE_MARKERS = ("envs/_base_task.py", "description/utils/generate_episode_instru
 CONFIG_DIRS = ("task_config", "env_cfg/task_config")
 ASSET_DIRS = ("assets/embodiments", "assets/objects", "assets/background_texture")
 #: Python modules RoboTwin's envs need (script/requirements.txt, script/_install.sh): imported
-#: at top level, and cuRobo, which the robot's planner always builds (reference §4.2).
+#: at top level, and cuRobo, which the robot's planner always builds (``envs/robot/robot.py``
+#: ``set_planner``).
 PYTHON_MODULES = ("sapien", "mplib", "transforms3d", "torch", "curobo")
 
 

@@ -1,6 +1,6 @@
 """RoboTwin's ``get_obs()`` dictionary -> wamcore's physical :class:`Observation`.
 
-The dictionary layout is RoboTwin's (reference robotwin_starwam_lingbot.md §1.5):
+The dictionary layout is RoboTwin's (``envs/_base_task.py`` ``get_obs``):
 ``observation.<camera>.rgb`` uint8 HxWx3 (SAPIEN renders with the top-left pixel first, so
 images keep their native orientation), ``joint_action.vector`` (14 drive targets: left 6 joints,
 left gripper, right 6 joints, right gripper), ``endpose.{left,right}_endpose`` (world-frame
@@ -18,7 +18,8 @@ import numpy as np
 from wamcore import Observation
 from wamcore.errors import EnvironmentFailure
 
-#: wamcore camera role -> RoboTwin camera name (as RPent maps them, rpent_rlinf_wam.md §4)
+#: wamcore camera role -> RoboTwin camera name (as RPent maps them: RLinf/RPent
+#: ``robots/robotwin/observation.py``)
 CAMERA_NAMES = {"head": "head_camera", "left_wrist": "left_camera", "right_wrist": "right_camera"}
 
 

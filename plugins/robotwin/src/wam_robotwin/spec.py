@@ -1,6 +1,8 @@
 """RoboTwin 2.0's physical observation and qpos control, as wamcore contracts (no import of
-RoboTwin). Facts: ../shared/reference/robotwin_starwam_lingbot.md §1.5, §2 and
-rpent_rlinf_wam.md §4 (aloha-agilex embodiment, D435 cameras 320x240)."""
+RoboTwin). Facts: RoboTwin-Platform/RoboTwin ``envs/_base_task.py`` ``get_obs`` and
+``take_action``, ``task_config/_camera_config.yml`` (aloha-agilex embodiment, D435 cameras
+320x240); RPent's qpos14 control (RLinf/RPent ``robots/robotwin/control.py``) has the same
+layout."""
 
 from __future__ import annotations
 

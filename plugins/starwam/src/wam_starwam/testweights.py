@@ -1,7 +1,9 @@
 """RANDOM StarWAM weights, generated from upstream's own classes, in the files upstream reads.
 
 For tests and latency measurements of the real inference code where no checkpoint can be
-downloaded (../shared/reference/real_upstream_on_gpu.md §2). Layout written to ``out``::
+downloaded (upstream builds a random model when ``starwam/utils/checkpoint.py``
+``infer_backbone_info`` finds no ``config.json``, ``Wan22Backbone`` loads no DiT weights and
+``framework.action_expert_init_from`` is null). Layout written to ``out``::
 
     backbone/config.json                  the DiT architecture upstream reads (infer_backbone_info);
                                           absent at full size (Wan2.2-TI2V-5B defaults)
