@@ -5,11 +5,11 @@ Run from the repository root, in a venv with wamcore, ``websockets`` and ``openp
 are used here)::
 
     python -m venv .venv-bench
-    .venv-bench/bin/pip install -e . websockets typing_extensions
+    .venv-bench/bin/pip install -e ".[openpi]" typing_extensions
     .venv-bench/bin/pip install --no-deps openpi-client
     .venv-bench/bin/python bench/rpc.py --rounds 3 --n 2000 --out runs/bench-rpc.json
 
-Three transports, each with a fake model that answers a precomputed chunk at once, so the
+Five transports, each with a fake model that answers a precomputed chunk at once, so the
 numbers are transport + serialization + (for wamcore) validation, nothing else:
 
 * ``wamcore``: ``RemoteModel.predict`` against a real ``wam serve`` worker spawned through
@@ -23,7 +23,10 @@ numbers are transport + serialization + (for wamcore) validation, nothing else:
   ``sendmsg`` of [length prefix, msgpack header, array buffers] with no user-space copy,
   ``recv_into`` a reused buffer;
 * ``ws_openpi``: openpi's own ``WebsocketClientPolicy`` against a server that speaks its
-  protocol (metadata on connect, then msgpack_numpy request/response), written here.
+  protocol (metadata on connect, then msgpack_numpy request/response), written here;
+* ``wamcore_openpi``: the same openpi client against a real ``wam serve --protocol openpi``
+  worker (docs/openpi.md): strict decoding, the generic layout, the same validation and
+  adapter as ``wamcore``, openpi's answer layout.
 
 A second mode times a *real* model end to end (e.g. the reference WAM on a GPU), with
 observations from the platform's own env, through any deployment mode::
@@ -73,7 +76,7 @@ PAYLOADS = {
     "robotwin": {"cameras": {"high": (240, 320), "left_wrist": (240, 320), "right_wrist": (240, 320)},
                  "state": 14, "chunk": 64, "dim": 14},
 }
-TRANSPORTS = ("wamcore", "zmq_bare", "raw_tcp", "ws_openpi")
+TRANSPORTS = ("wamcore", "zmq_bare", "raw_tcp", "ws_openpi", "wamcore_openpi")
 PROMPT = "put the black bowl on the plate"
 
 
@@ -107,6 +110,20 @@ def flat_obs(payload: str) -> dict:
     obs = observation(payload)
     return {**{f"observation/{k}": v for k, v in obs.images.items()}, "observation/state": obs.state["state"],
             "prompt": PROMPT}
+
+
+def generic_obs(payload: str) -> dict:
+    """The same observation in the generic openpi layout of ``wam serve --protocol openpi``."""
+    obs = observation(payload)
+    return {**{f"observation/images/{k}": v for k, v in obs.images.items()},
+            "observation/state/state": obs.state["state"], "prompt": PROMPT}
+
+
+def _bench_plugin_env() -> None:
+    """A worker started from here imports this file as its plugin module ``rpc``."""
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    os.environ["WAMCORE_PLUGIN_MODULES"] = "rpc"
+    os.environ["WAMCORE_LOAD_PLUGINS"] = ""
 
 
 # ----------------------------------------------------------------------------- wamcore plugin (worker side)
@@ -347,9 +364,7 @@ def run_case(transport: str, payload: str, n: int, warmup: int, tmp: Path) -> di
         from wamcore.registry import Registry
         from wamcore.runtime import WorkerConfig, open_model
 
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
-        os.environ["WAMCORE_PLUGIN_MODULES"] = "rpc"  # this file, imported by the worker
-        os.environ["WAMCORE_LOAD_PLUGINS"] = ""
+        _bench_plugin_env()
         reg = Registry(entry_points=False)
         reg.register(sys.modules[__name__], name="bench")
         config = WorkerConfig.from_options(platform=f"bench-{payload}", am_backend="bench-echo",
@@ -364,7 +379,19 @@ def run_case(transport: str, payload: str, n: int, warmup: int, tmp: Path) -> di
         close = model.close
     else:
         port_file = tmp / f"{transport}-{payload}-{os.getpid()}.port"  # never a previous round's
-        server = subprocess.Popen([sys.executable, __file__, "_serve", transport, payload, str(port_file)])
+        if transport == "wamcore_openpi":
+            _bench_plugin_env()
+            ready = tmp / f"{transport}-{payload}-{os.getpid()}.ready"
+            server = subprocess.Popen([sys.executable, "-m", "wamcore", "serve", "--protocol", "openpi", "--am-backend",
+                                       "bench-echo", "--platform", f"bench-{payload}", "--ready-file", str(ready)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            while not ready.exists():
+                if server.poll() is not None:
+                    raise RuntimeError(f"wam serve exited with {server.returncode}")
+                time.sleep(0.01)
+            port_file.write_text(str(json.loads(ready.read_text())["port"]))
+        else:
+            server = subprocess.Popen([sys.executable, __file__, "_serve", transport, payload, str(port_file)])
         port = _wait_port(port_file, server)
         if transport == "raw_tcp":
             client = RawClient(port)
@@ -374,14 +401,14 @@ def run_case(transport: str, payload: str, n: int, warmup: int, tmp: Path) -> di
             from openpi_client.websocket_client_policy import WebsocketClientPolicy
 
             client = WebsocketClientPolicy("127.0.0.1", port)
-        obs = flat_obs(payload)
+        obs = generic_obs(payload) if transport == "wamcore_openpi" else flat_obs(payload)
 
         def call():
             out = client.infer(obs)
-            return out["actions"], out.get("checksum")
+            return out["actions"], out.get("info", out).get("checksum")
 
         close = getattr(client, "close", lambda: None)
-        if transport == "ws_openpi":
+        if transport in ("ws_openpi", "wamcore_openpi"):
             close = client._ws.close
     try:
         first, first_sum = call()
@@ -466,6 +493,8 @@ def summarize(rows, payloads, transports) -> dict:
             "ws_openpi_over_wamcore_p50": ratio("ws_openpi", "wamcore"),
             "wamcore_over_raw_tcp_p99": ratio("wamcore", "raw_tcp", "p99"),
             "ws_openpi_over_wamcore_p99": ratio("ws_openpi", "wamcore", "p99"),
+            "wamcore_openpi_over_ws_openpi_p50": ratio("wamcore_openpi", "ws_openpi"),
+            "wamcore_openpi_over_wamcore_p50": ratio("wamcore_openpi", "wamcore"),
         }
         out[payload] = s
     return out
@@ -478,13 +507,15 @@ def table(summary: dict) -> str:
             if t != "ratios":
                 lines.append(f"| {payload} | {t} | {v['p50']:.3f} | {v['p99']:.3f} |")
     lines += ["", "| payload | wamcore / raw TCP (p50) | bare ZeroMQ / raw TCP (p50) | websocket / wamcore (p50) "
-              "| wamcore / raw TCP (p99) | websocket / wamcore (p99) |", "|---|---|---|---|---|---|"]
+              "| wamcore / raw TCP (p99) | websocket / wamcore (p99) | wamcore_openpi / websocket (p50) "
+              "| wamcore_openpi / wamcore (p50) |", "|---|---|---|---|---|---|---|---|"]
     fmt = lambda x: "n/a" if x is None else f"{x:.2f}x"  # noqa: E731
     for payload, s in summary.items():
         r = s["ratios"]
         lines.append(f"| {payload} | {fmt(r['wamcore_over_raw_tcp_p50'])} | {fmt(r['zmq_bare_over_raw_tcp_p50'])} | "
                      f"{fmt(r['ws_openpi_over_wamcore_p50'])} | "
-                     f"{fmt(r['wamcore_over_raw_tcp_p99'])} | {fmt(r['ws_openpi_over_wamcore_p99'])} |")
+                     f"{fmt(r['wamcore_over_raw_tcp_p99'])} | {fmt(r['ws_openpi_over_wamcore_p99'])} | "
+                     f"{fmt(r['wamcore_openpi_over_ws_openpi_p50'])} | {fmt(r['wamcore_openpi_over_wamcore_p50'])} |")
     return "\n".join(lines)
 
 

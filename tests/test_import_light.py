@@ -5,17 +5,17 @@ from __future__ import annotations
 import subprocess
 import sys
 
-HEAVY = ("torch", "mujoco", "robosuite", "libero", "sapien", "ray", "zmq")
+HEAVY = ("torch", "mujoco", "robosuite", "libero", "sapien", "ray", "websockets", "zmq")
 
 
 def test_import_wamcore_imports_nothing_heavy():
-    code = "import sys, wamcore, wamcore.cli, wamcore.testing, wamcore.evaluation, wamcore.evaluation.ray_executor; print(','.join(m for m in %r if m in sys.modules))" % (HEAVY,)
+    code = "import sys, wamcore, wamcore.cli, wamcore.testing, wamcore.evaluation, wamcore.evaluation.ray_executor, wamcore.openpi.codec, wamcore.openpi.layouts; print(','.join(m for m in %r if m in sys.modules))" % (HEAVY,)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
 
 
 def test_wam_help_answers_without_heavy_imports():
-    code = "import sys, runpy; sys.argv = ['wam', '--help']\ntry:\n    runpy.run_module('wamcore', run_name='__main__')\nexcept SystemExit:\n    pass\nprint('HEAVY:' + ','.join(m for m in %r if m in sys.modules))" % (HEAVY[:6],)
+    code = "import sys, runpy; sys.argv = ['wam', '--help']\ntry:\n    runpy.run_module('wamcore', run_name='__main__')\nexcept SystemExit:\n    pass\nprint('HEAVY:' + ','.join(m for m in %r if m in sys.modules))" % (HEAVY[:7],)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "Commands:" in out.stdout and "run" in out.stdout
     assert out.stdout.strip().endswith("HEAVY:")
@@ -23,8 +23,17 @@ def test_wam_help_answers_without_heavy_imports():
 
 def test_eval_help_lists_the_parallel_options_without_importing_ray():
     code = ("import sys\nfrom wamcore.cli import main\ntry:\n    main(['eval', '--help'])\nexcept SystemExit:\n    pass\n"
-            "print('HEAVY:' + ','.join(m for m in %r if m in sys.modules))" % (HEAVY[:6],))
+            "print('HEAVY:' + ','.join(m for m in %r if m in sys.modules))" % (HEAVY[:7],))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     for flag in ("--num-envs", "--am-restarts", "--executor", "--ray-address", "--num-model-workers"):
         assert flag in out.stdout
+    assert out.stdout.strip().endswith("HEAVY:")
+
+
+def test_serve_help_and_the_openpi_plugin_import_no_websockets():
+    """websockets is imported only when the openpi protocol is spoken (``wamcore[openpi]``)."""
+    code = ("import sys\nfrom wamcore.cli import main\nimport wam_openpi.plugin\ntry:\n    main(['serve', '--help'])\n"
+            "except SystemExit:\n    pass\nprint('HEAVY:' + ','.join(m for m in %r if m in sys.modules))" % (HEAVY[:7],))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "--protocol [wamcore|openpi]" in out.stdout
     assert out.stdout.strip().endswith("HEAVY:")

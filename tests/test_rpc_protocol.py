@@ -436,7 +436,7 @@ def test_endpoint_forms(given, endpoint):
     from wamcore.rpc import protocol
 
     assert protocol.normalize_endpoint(given) == endpoint
-    with pytest.raises(ConfigurationError):
+    with pytest.raises(ConfigurationError, match="--am-backend openpi-remote --openpi-endpoint ws://127.0.0.1:8000"):
         protocol.normalize_endpoint("ws://127.0.0.1:8000")
 
 

@@ -39,7 +39,7 @@ RESERVED_OPTION_NAMES = frozenset(
     vla-backend wam-backend vla-endpoint wam-endpoint vla-model-path wam-checkpoint pi05-python
     wam-python wam-root vla-cuda-device wam-cuda-device
     host port token parent-watch ready-file session-ttl batch-window-ms max-batch
-    max-sessions max-local-connections max-message-mb message-timeout
+    max-sessions max-local-connections max-message-mb message-timeout protocol
     num-envs am-restarts skip-memory-check am-batch-window-ms executor ray-address num-model-workers report
     cache set best-of score""".split()
 )

@@ -24,6 +24,9 @@ def _serve_options() -> List[click.Option]:
                      help="Predict future observations and values (where the backend supports it)."),
         click.Option(["--am-option", "am_option"], multiple=True, metavar="KEY=VALUE",
                      help="Backend option as text (typed by the backend's own option list)."),
+        click.Option(["--protocol"], type=click.Choice(["wamcore", "openpi"]), default="wamcore", show_default=True,
+                     help="wamcore: our ZeroMQ worker protocol (docs/workers.md); openpi: openpi's websocket policy "
+                          "protocol, for openpi clients (docs/openpi.md; needs wamcore[openpi])."),
         click.Option(["--host"], default="127.0.0.1", show_default=True,
                      help="Address to bind. Anything but loopback needs --token."),
         click.Option(["--port"], type=click.IntRange(0, 65535), default=0, show_default=True,
@@ -95,6 +98,11 @@ def serve(ctx, **kwargs):
     deploy.update(typed_options(spec, _parse_am_options(kwargs.pop("am_option"))))
     config = ModelConfig(platform=platform, checkpoint=kwargs.pop("am_checkpoint"),
                          predict_future=kwargs.pop("predict_future"), options=deploy)
+    if kwargs.pop("protocol") == "openpi":
+        _serve_openpi(ctx, spec, config, host=host, port=port, token=token, ready_file=kwargs.pop("ready_file"),
+                      max_connections=kwargs.pop("max_sessions"),
+                      max_message_bytes=int(kwargs.pop("max_message_mb") * (1 << 20)))
+        return
     service = ModelService(spec, config)
     rpc_server.serve(service, host=host, port=port, token=token, session_ttl_s=kwargs.pop("session_ttl"),
                      ready_file=kwargs.pop("ready_file"), aliases=spec.aliases,
@@ -104,3 +112,28 @@ def serve(ctx, **kwargs):
                      message_timeout_s=kwargs.pop("message_timeout"))
 
 
+#: options of the ZeroMQ worker that mean nothing to an openpi server
+_ZMQ_ONLY = ("session_ttl", "batch_window_ms", "max_batch", "max_local_connections", "message_timeout")
+
+
+def _serve_openpi(ctx, spec, config, **kw) -> None:
+    """The layout is checked against the model's contract before the model loads (that can take minutes)."""
+    import attrs
+
+    from ..errors import DependencyNotInstalled
+    from ..openpi.layouts import layout_for
+    from ..service import ModelService
+
+    try:
+        from ..openpi import server as openpi_server
+    except ImportError as exc:
+        raise DependencyNotInstalled("websockets", 'pip install "wamcore[openpi]"', "--protocol openpi") from exc
+    for name in _ZMQ_ONLY:
+        if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE:
+            click.echo(f"warning: --{name.replace('_', '-')} applies to the wamcore protocol; with --protocol openpi "
+                       "it changes nothing", err=True)
+    layout = layout_for(config.platform)
+    adapter = spec.resolve(attrs.evolve(config, options=spec.with_defaults(config.options))).adapter_for(config.platform)
+    if adapter is not None:  # else ModelService says which platforms the model has adapters for
+        layout.check(adapter.contract)
+    openpi_server.serve(ModelService(spec, config), layout, **kw)

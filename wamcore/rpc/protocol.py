@@ -262,6 +262,8 @@ def normalize_endpoint(endpoint: str) -> str:
         if scheme.lower() in ("http", "https", "ws", "wss"):
             extra = (" That address is a server of another protocol: a backend that talks to one (an SGLang "
                      "or policy server) takes it in its own option (`wam run --am-backend NAME --help` lists them).")
+        if scheme.lower() in ("ws", "wss"):
+            extra += " An openpi policy server: --am-backend openpi-remote --openpi-endpoint " + endpoint + "."
         raise _errors.ConfigurationError(
             f"--am-endpoint {endpoint!r}: wamcore workers (`wam serve`) speak ZeroMQ: use the tcp://HOST:PORT of "
             f"the worker's ready line (not {scheme}://).{extra}"

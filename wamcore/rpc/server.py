@@ -313,18 +313,7 @@ class WorkerServer:
         }
 
     def announce(self, out: Optional[TextIO] = None, ready_file: Optional[str] = None) -> dict:
-        """Print the ready line (one JSON object) and write it to ``ready_file`` atomically."""
-        record = self.ready_record()
-        line = json.dumps(record)
-        if ready_file:
-            tmp = f"{ready_file}.{os.getpid()}.tmp"
-            with open(tmp, "w") as fh:
-                fh.write(line + "\n")
-            os.replace(tmp, ready_file)
-        if out is not None:
-            out.write(line + "\n")
-            out.flush()
-        return record
+        return write_ready(self.ready_record(), out, ready_file)
 
     # ------------------------------------------------------------------ loop
 
@@ -633,6 +622,29 @@ class WorkerServer:
             self._local.close()
 
 
+def write_ready(record: dict, out: Optional[TextIO] = None, ready_file: Optional[str] = None) -> dict:
+    """Print the ready line (one JSON object) and write it to ``ready_file`` atomically."""
+    line = json.dumps(record)
+    if ready_file:
+        tmp = f"{ready_file}.{os.getpid()}.tmp"
+        with open(tmp, "w") as fh:
+            fh.write(line + "\n")
+        os.replace(tmp, ready_file)
+    if out is not None:
+        out.write(line + "\n")
+        out.flush()
+    return record
+
+
+def remove_ready(ready_file: Optional[str]) -> None:
+    """A stopped worker is no longer ready: its ready file goes."""
+    if ready_file:
+        try:
+            os.unlink(ready_file)
+        except FileNotFoundError:
+            pass
+
+
 def fd_limit() -> int:
     """How many descriptors this process may open (its soft RLIMIT_NOFILE)."""
     try:
@@ -708,13 +720,10 @@ def serve(
     finally:
         server.close()
         service.close()
-        if ready_file:
-            try:
-                os.unlink(ready_file)
-            except FileNotFoundError:
-                pass
+        remove_ready(ready_file)
 
 
 __all__ = ["WorkerServer", "serve", "check_bind", "watch_parent", "install_signal_handlers", "stop_requested", "worker_details",
+           "write_ready", "remove_ready",
            "DEFAULT_SESSION_TTL_S", "DEFAULT_BATCH_WINDOW_S", "DEFAULT_MAX_SESSIONS", "DEFAULT_MAX_CONNECTIONS",
            "DEFAULT_MAX_MESSAGE_BYTES", "DEFAULT_MESSAGE_TIMEOUT_S", "PARENT_PID_ENV"]
