@@ -26,6 +26,7 @@ from .contracts import (
     PredictRequest,
     Prediction,
 )
+from .errors import ConfigurationError
 
 OPTION_TYPES = ("str", "int", "float", "bool", "path", "choice")
 
@@ -41,6 +42,11 @@ RESERVED_OPTION_NAMES = frozenset(
     max-sessions max-local-connections max-message-mb message-timeout
     num-envs am-restarts skip-memory-check am-batch-window-ms executor ray-address num-model-workers report""".split()
 )
+
+
+#: the platform option naming the control an env executes, on a platform with more than one
+#: (``PlatformSpec.extra_controls``): the action-space id, or None for the default control
+CONTROL_OPTION = "control"
 
 
 def normalize_id(name: str) -> str:
@@ -193,6 +199,44 @@ class PlatformSpec:
     #: resident memory of one env process in MB (``wam eval --num-envs`` refuses an N that
     #: does not fit the machine); None: unknown, not checked
     env_memory_mb: Optional[float] = None
+    #: further controls besides ``control`` (the default), one per mode (joint targets,
+    #: end-effector poses...). The platform then gets the option ``control`` (``--control``):
+    #: pairing sets it to the model's action space, and ``make_env`` receives it
+    extra_controls: tuple = attrs.field(default=(), converter=tuple)
+
+    def __attrs_post_init__(self):
+        if not self.extra_controls:
+            return
+        ids = [c.action_space for c in self.controls]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"platform {self.name!r} lists an action space twice: {ids}")
+        option = Option(
+            CONTROL_OPTION, type="choice", choices=ids, default=None,
+            help=f"Control the env executes (default: the one the model's adapter declares, else {ids[0]}).",
+        )
+        declared = [o for o in self.options if o.dest == CONTROL_OPTION]
+        if declared and declared != [option]:
+            raise ValueError(f"platform {self.name!r}: the option {CONTROL_OPTION!r} is the core's, made from its controls")
+        if not declared:  # frozen: set once, here (attrs.evolve passes the option back in)
+            object.__setattr__(self, "options", self.options + (option,))
+
+    @property
+    def controls(self) -> tuple:
+        """Every control the platform executes, the default first."""
+        return (self.control, *self.extra_controls)
+
+    def control_for(self, options: Optional[Mapping[str, Any]] = None) -> ControlSpec:
+        """The control of an env built with ``options``: the one their ``control`` names, else the default."""
+        chosen = (options or {}).get(CONTROL_OPTION)
+        if chosen is None:
+            return self.control
+        for control in self.controls:
+            if control.action_space == chosen:
+                return control
+        raise ConfigurationError(
+            f"platform {self.name!r} executes no control {chosen!r}; its controls: "
+            + ", ".join(c.action_space for c in self.controls)
+        )
 
     def observation_spec(self, options: Optional[Mapping[str, Any]] = None) -> ObservationSpec:
         if self.observation_for is None:
@@ -313,6 +357,7 @@ class ModelSpec:
 
 
 __all__ = [
+    "CONTROL_OPTION",
     "Requirement",
     "Option",
     "StepResult",
