@@ -16,6 +16,7 @@ server computes the actions, so it is trusted that far, and no further.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import urllib.error
 import urllib.request
@@ -86,7 +87,7 @@ def unpack(data: bytes) -> Any:
         raise ProtocolError(f"expected a binary msgpack reply, got {type(data).__name__}")
     try:
         return msgpack.unpackb(bytes(data), object_hook=_array_hook, ext_hook=_no_extension, raw=False,
-                               strict_map_key=False, max_buffer_size=MAX_REPLY_BYTES)
+                               strict_map_key=False)
     except ProtocolError:
         raise
     except Exception as exc:  # msgpack's own errors: truncated, bad markers, over the limits
@@ -127,7 +128,7 @@ class WebsocketServer:
     def __init__(self, host: str, port: int, *, timeout_s: float = 300.0):
         self.host, self.port, self.timeout_s = host, int(port), float(timeout_s)
         self.uri = f"ws://{host}:{self.port}"
-        self._conn = None
+        self._conn = self._stack = None
         self.metadata: Optional[dict] = None
         check_health(host, self.port)
         self._connect()
@@ -135,18 +136,20 @@ class WebsocketServer:
     def _connect(self) -> None:
         from websockets.sync.client import connect
 
+        stack = contextlib.ExitStack()  # websockets >= 17 wants the connection used as a context manager
         try:
-            conn = connect(self.uri, compression=None, max_size=MAX_REPLY_BYTES, ping_interval=None, close_timeout=10,
-                           open_timeout=30)
+            conn = stack.enter_context(connect(self.uri, compression=None, max_size=MAX_REPLY_BYTES,
+                                               ping_interval=None, close_timeout=10, open_timeout=30))
             metadata = unpack(conn.recv(timeout=30))
+            if not isinstance(metadata, dict):
+                raise ProtocolError(f"the server at {self.uri} sent {type(metadata).__name__} metadata, not a map")
         except ProtocolError:
+            stack.close()
             raise
         except Exception as exc:
+            stack.close()
             raise WorkerError(f"cannot connect to the LingBot-VA server at {self.uri}: {type(exc).__name__}: {exc}") from exc
-        if not isinstance(metadata, dict):
-            conn.close()
-            raise ProtocolError(f"the server at {self.uri} sent {type(metadata).__name__} metadata, not a map")
-        self._conn, self.metadata = conn, metadata
+        self._conn, self._stack, self.metadata = conn, stack, metadata
 
     def infer(self, request: dict) -> dict:
         if self._conn is None:
@@ -168,11 +171,11 @@ class WebsocketServer:
         return out
 
     def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
+        stack, self._conn, self._stack = self._stack, None, None
+        if stack is not None:
             try:
-                conn.close()
-            except Exception:
+                stack.close()
+            except Exception:  # the connection is gone either way
                 pass
 
 
