@@ -12,31 +12,24 @@ checkout, the stand-in one of those tests.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[2]
-STUBS = HERE / "stubs"
-for path in (HERE, STUBS):  # lingbot_standins; flash_attn for upstream's import
+for path in (HERE, HERE / "stubs"):  # lingbot_standins; flash_attn for upstream's import
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
+
+from lingbot_standins import random_weights, stubs_for_workers  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def test_weights(tmp_path_factory) -> Path:
-    """Random weights at reduced size, the four subfolders VA_Server reads (a few MB, seconds)."""
-    from wam_lingbot_va.testweights import generate
-
-    out = tmp_path_factory.mktemp("lingbot-weights")
-    generate(out, layers=1, seed=0)
-    return out
+    return random_weights(tmp_path_factory.mktemp("lingbot-weights"))
 
 
 @pytest.fixture
 def worker_env(monkeypatch):
-    """What a spawned worker needs here: the flash_attn stub on its path."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(STUBS), os.environ.get("PYTHONPATH")])))
+    stubs_for_workers(monkeypatch)

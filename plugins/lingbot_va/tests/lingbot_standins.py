@@ -16,13 +16,17 @@ Chunks are seeded random values, so tests can recompute what the client must exe
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import threading
+from pathlib import Path
 from typing import List, Optional
 
 import numpy as np
 from scipy.spatial.transform import Rotation as R
 
+#: flash_attn, which upstream's wan_va/modules/model.py imports and a CPU cannot have
+STUBS = Path(__file__).resolve().parent / "stubs"
 FRAME_KEYS = {"observation.images.cam_high", "observation.images.cam_left_wrist", "observation.images.cam_right_wrist",
               "observation.state", "task"}
 RESET_KEYS = {"reset", "prompt", "save_visualization"}
@@ -135,6 +139,19 @@ def expected_rows(chunks, init: np.ndarray) -> np.ndarray:
         for i in range(1 if n == 0 else 0, chunk.shape[1]):
             rows += [upstream_client_row(chunk[:, i, j], init) for j in range(chunk.shape[2])]
     return np.array(rows, dtype=np.float32)
+
+
+def random_weights(folder: Path) -> Path:
+    """Random weights at reduced size, the four subfolders VA_Server reads (a few MB, seconds)."""
+    from wam_lingbot_va.testweights import generate
+
+    generate(folder, layers=1, seed=0)
+    return folder
+
+
+def stubs_for_workers(monkeypatch) -> None:
+    """What a spawned worker needs here: the flash_attn stub on its path."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(STUBS), os.environ.get("PYTHONPATH")])))
 
 
 def free_port() -> int:

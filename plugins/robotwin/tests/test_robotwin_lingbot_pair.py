@@ -28,7 +28,8 @@ from wam_robotwin.spec import EE_ACTION_SPACE
 LINGBOT_TESTS = Path(__file__).resolve().parents[2] / "lingbot_va" / "tests"
 STUBS = LINGBOT_TESTS / "stubs"  # flash_attn, which upstream imports and a CPU cannot have
 sys.path[:0] = [str(LINGBOT_TESTS), str(STUBS)]
-from lingbot_standins import StandInServer, UpstreamWebsocketServer, expected_rows  # noqa: E402
+from lingbot_standins import (  # noqa: E402
+    StandInServer, UpstreamWebsocketServer, expected_rows, random_weights, stubs_for_workers)
 from wam_lingbot_va.session import LingbotModel  # noqa: E402
 
 FAST = {"device": "cpu", "num_inference_steps": 1, "action_num_inference_steps": 1}
@@ -43,16 +44,12 @@ def registry():
 
 @pytest.fixture(scope="module")
 def weights(tmp_path_factory):
-    from wam_lingbot_va.testweights import generate
-
-    out = tmp_path_factory.mktemp("lingbot-weights")
-    generate(out, layers=1, seed=0)
-    return out
+    return random_weights(tmp_path_factory.mktemp("lingbot-weights"))
 
 
 @pytest.fixture
 def worker_env(monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(STUBS), os.environ.get("PYTHONPATH")])))
+    stubs_for_workers(monkeypatch)
 
 
 def init_pose(obs):

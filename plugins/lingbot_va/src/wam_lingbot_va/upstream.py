@@ -34,6 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from wamcore.doctor import module_available
 from wamcore.errors import ConfigurationError, DependencyNotInstalled
 
 REPOSITORY = "https://github.com/Robbyant/lingbot-va"
@@ -56,13 +57,6 @@ INSTALL = (
 )
 DOWNLOAD = f"huggingface-cli download {WEIGHTS_REPOSITORY} --local-dir lingbot-va-posttrain-robotwin"
 LABEL = f"LingBot-VA {REVISION}"
-
-
-def module_available(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def checkout_root(explicit: Optional[str] = None) -> Path:
