@@ -151,6 +151,16 @@ def test_after_a_failed_request_the_episode_must_be_reset(deployment, platform):
     assert standin.log[-2:] == [("reset", PROMPT), ("infer", 0)]
 
 
+def test_a_failed_reset_leaves_the_server_free(deployment, platform):
+    standin, native = deployment
+    service = ModelService(lingbot.MODEL, ModelConfig(platform="robotwin"), native=native)
+    standin.fail_next = "server starting"
+    with pytest.raises((RuntimeError, RemoteError), match="server starting"):
+        run(client(service, platform, "a"), 1)
+    run(client(service, platform, "b"), 1, seed=6)
+    assert standin.log == [("reset", PROMPT), ("infer", 0)]
+
+
 def test_conformance_kit(platform):
     report = check_model_adapter(lingbot.MODEL, platform, native=LingbotModel(StandInServer()),
                                  platform_options={"control": ACTION_SPACE})

@@ -143,7 +143,7 @@ class LingbotModel:
         try:
             self.server.infer(reset_request(episode.prompt))
         except Exception:
-            del self.episodes[session]
+            self.reset(session)  # no episode began: the server is free again
             raise
         return episode
 
