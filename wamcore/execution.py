@@ -17,6 +17,7 @@ import attrs
 import numpy as np
 
 from .contracts import PredictRequest, Prediction
+from .errors import IncompatiblePairError
 from .service import ModelClient
 from .specs import Env, Episode
 
@@ -63,6 +64,12 @@ def wam_act(
     """
     if max_chunks < 1:
         raise ValueError("max_chunks must be >= 1")
+    bound = getattr(model, "control", None)
+    if bound is not None and env.control.action_space != bound.action_space:  # a platform with several controls
+        raise IncompatiblePairError(
+            f"the env executes {env.control.action_space!r}, the model was bound to {bound.action_space!r}: build "
+            f"the env with control={bound.action_space!r} (--control), or bind the model with the env's options"
+        )
     predictions = []
     steps = 0
     for chunk in range(max_chunks):

@@ -13,7 +13,7 @@ import attrs
 
 from .contracts import AdapterContract, ControlSpec, ModelInfo, ObservationSpec
 from .errors import IncompatiblePairError
-from .specs import Adapter, ModelConfig, ModelSpec, PlatformSpec
+from .specs import CONTROL_OPTION, Adapter, ModelConfig, ModelSpec, PlatformSpec
 
 _checked: set = set()
 
@@ -80,6 +80,9 @@ class Pairing:
     platform: PlatformSpec
     adapter: Adapter
     observation: ObservationSpec
+    #: the platform control the pair uses, and the platform options that build envs for it
+    control: Optional[ControlSpec] = None
+    platform_options: dict = attrs.field(factory=dict)
 
     @property
     def contract(self) -> AdapterContract:
@@ -91,6 +94,16 @@ def _alternatives(model_platforms: Sequence[str], platform_models: Sequence[str]
         f"\n{model!r} supports: {', '.join(model_platforms) or 'no platforms'}."
         f"\nModels with an adapter for {platform!r}: {', '.join(platform_models) or 'none installed'}."
     )
+
+
+def _control_hint(platform: PlatformSpec, contract: Optional[AdapterContract], control: ControlSpec) -> str:
+    """Where a platform executes the model's action space under another control, say how to choose it."""
+    if contract is None or contract.action_space == control.action_space:
+        return ""
+    if not any(c.action_space == contract.action_space for c in platform.controls):
+        return ""
+    return (f"\nPlatform {platform.name!r} also executes {contract.action_space!r}: choose it with "
+            f"--control {contract.action_space} (platform option {CONTROL_OPTION}={contract.action_space!r}).")
 
 
 def pair(
@@ -105,33 +118,50 @@ def pair(
     """Find ``model``'s adapter for ``platform`` and check it, or raise one clear error.
 
     ``registry`` (optional) is used to name the models that would fit instead;
-    ``observation`` overrides the platform's schema (else built from ``platform_options``)."""
+    ``observation`` overrides the platform's schema (else built from ``platform_options``).
+    On a platform with several controls, the one ``platform_options`` name is used, else the
+    one the adapter declares; ``Pairing.platform_options`` then names it, for building envs."""
     resolved = model.resolve(config or ModelConfig(platform=platform.name))
     adapter = resolved.adapter_for(platform.name)
+    contract = None if adapter is None else adapter.contract
     observation = observation or platform.observation_spec(platform_options)
+    options = dict(platform_options or {})
+    declared = contract is not None and any(c.action_space == contract.action_space for c in platform.extra_controls)
+    if options.get(CONTROL_OPTION) is None and declared:
+        options[CONTROL_OPTION] = contract.action_space
+    control = platform.control_for(options)
     others = registry.models_for(platform.name) if registry is not None else []
     alternatives = _alternatives(resolved.platforms, others, resolved.name, platform.name)
     check_contract(
-        None if adapter is None else adapter.contract,
+        contract,
         observation,
-        platform.control,
+        control,
         model=resolved.name,
         platform=platform.name,
-        alternatives=alternatives,
+        alternatives=alternatives + _control_hint(platform, contract, control),
     )
-    return Pairing(model=resolved, platform=platform, adapter=adapter, observation=observation)
+    return Pairing(model=resolved, platform=platform, adapter=adapter, observation=observation, control=control,
+                   platform_options=options)
 
 
-def check_model_info(info: ModelInfo, platform: PlatformSpec, observation: Optional[ObservationSpec] = None) -> AdapterContract:
-    """Client side, at connect: the worker's declared contract must fit this platform."""
+def check_model_info(
+    info: ModelInfo,
+    platform: PlatformSpec,
+    observation: Optional[ObservationSpec] = None,
+    control: Optional[ControlSpec] = None,
+) -> AdapterContract:
+    """Client side, at connect: the worker's declared contract must fit this platform and
+    the control its envs execute (default: the platform's default control)."""
     contract = info.contract_for(platform.name)
+    control = control or platform.control
     check_contract(
         contract,
         observation or platform.observation,
-        platform.control,
+        control,
         model=info.backend,
         platform=platform.name,
-        alternatives=f"\nThe worker serves: {', '.join(c.platform for c in info.contracts) or 'nothing'}.",
+        alternatives=f"\nThe worker serves: {', '.join(c.platform for c in info.contracts) or 'nothing'}."
+        + _control_hint(platform, contract, control),
     )
     return contract
 

@@ -56,6 +56,7 @@ KNOWN_PROVIDERS: Dict[str, tuple] = {
     "fast-wam": ("wam-fastwam", "fastwam"),
     "fastwam": ("wam-fastwam", "fastwam"),
     "starwam": ("wam-starwam", "starwam"),
+    "lingbot-va": ("wam-lingbot-va", "lingbot_va"),
 }
 
 

@@ -495,12 +495,16 @@ def open_model(
     *,
     registry: Registry,
     observation: Optional[ObservationSpec] = None,
+    platform_options: Optional[Mapping[str, Any]] = None,
 ) -> ModelClient:
     """A client for the configured model, bound (contract-checked) to ``platform``.
 
     When the backend's plugin is installed here, the pair is checked before anything is
     loaded or spawned (one error naming every gap and what would fit), and its deployment
-    config is resolved here too, so config errors do not have to come from a worker's log."""
+    config is resolved here too, so config errors do not have to come from a worker's log.
+    The client is bound to the control the envs built with ``platform_options`` execute; on
+    a platform with several, pairing chooses the model's when those options name none
+    (build the envs with ``control=model.control.action_space`` then)."""
     spec = None
     if config.backend is not None and config.mode != ENDPOINT:
         try:
@@ -509,7 +513,8 @@ def open_model(
             if config.mode == IN_PROCESS:
                 raise
     if spec is not None:
-        pair(spec, platform, config=config.model_config(spec), registry=registry, observation=observation)
+        platform_options = pair(spec, platform, config=config.model_config(spec), registry=registry,
+                                observation=observation, platform_options=platform_options).platform_options
     if config.mode == IN_PROCESS:
         client: ModelClient = LocalModel(ModelService(spec, config.model_config(spec)))
     else:
@@ -517,7 +522,7 @@ def open_model(
 
         client = rpc.open_remote(config, registry=registry)
     try:
-        return client.bind(platform, observation)
+        return client.bind(platform, observation, platform_options)
     except BaseException:
         client.close()
         raise

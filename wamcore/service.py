@@ -14,7 +14,7 @@ one that talks to a worker.
 from __future__ import annotations
 
 import time
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 import attrs
 import numpy as np
@@ -196,10 +196,17 @@ class ModelClient:
     contract: Optional[AdapterContract] = None
     control: Optional[ControlSpec] = None
 
-    def bind(self, platform: PlatformSpec, observation: Optional[ObservationSpec] = None) -> "ModelClient":
-        """Check the model's contract against the platform (once) and remember the control."""
-        self.contract = check_model_info(self.info, platform, observation)
-        self.control = platform.control
+    def bind(
+        self,
+        platform: PlatformSpec,
+        observation: Optional[ObservationSpec] = None,
+        options: Optional[Mapping[str, Any]] = None,
+    ) -> "ModelClient":
+        """Check the model's contract against the platform (once) and remember the control:
+        the one the envs built with the platform ``options`` execute (``PlatformSpec.control_for``)."""
+        control = platform.control_for(options)
+        self.contract = check_model_info(self.info, platform, observation, control)
+        self.control = control
         return self
 
     def predict(self, request: PredictRequest) -> Prediction:

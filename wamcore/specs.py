@@ -45,6 +45,11 @@ RESERVED_OPTION_NAMES = frozenset(
 )
 
 
+#: the platform option naming the control an env executes, on a platform with more than one
+#: (``PlatformSpec.extra_controls``): the action-space id, or None for the default control
+CONTROL_OPTION = "control"
+
+
 def normalize_id(name: str) -> str:
     """Ids compare case-insensitively with ``_`` and ``-`` equal: ``Fast_WAM`` is ``fast-wam``."""
     return name.strip().lower().replace("_", "-")
@@ -220,6 +225,10 @@ class PlatformSpec:
     #: named counterfactual branches for ``wam probe`` (each ``[T, D]`` within the control
     #: bounds); empty: the probe runs the model's own chunk only
     interventions: tuple = attrs.field(default=(), converter=tuple)
+    #: further controls besides ``control`` (the default), one per mode (joint targets,
+    #: end-effector poses...). The platform then gets the option ``control`` (``--control``):
+    #: pairing sets it to the model's action space, and ``make_env`` receives it
+    extra_controls: tuple = attrs.field(default=(), converter=tuple)
 
     def __attrs_post_init__(self):
         names = [i.name for i in self.interventions]
@@ -233,6 +242,22 @@ class PlatformSpec:
                 raise ValueError(f"intervention {i.name!r} of {self.name!r} must be [T, {self.control.action_dim}], got {a.shape}")
             if not np.isfinite(a).all() or (a < low).any() or (a > high).any():
                 raise ValueError(f"intervention {i.name!r} of {self.name!r} leaves the control bounds")
+        if self.extra_controls:
+            self._add_control_option()
+
+    def _add_control_option(self) -> None:
+        ids = [c.action_space for c in self.controls]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"platform {self.name!r} lists an action space twice: {ids}")
+        option = Option(
+            CONTROL_OPTION, type="choice", choices=ids, default=None,
+            help=f"Control the env executes (default: the one the model's adapter declares, else {ids[0]}).",
+        )
+        declared = [o for o in self.options if o.dest == CONTROL_OPTION]
+        if declared and declared != [option]:
+            raise ValueError(f"platform {self.name!r}: the option {CONTROL_OPTION!r} is the core's, made from its controls")
+        if not declared:  # frozen: set once, here (attrs.evolve passes the option back in)
+            object.__setattr__(self, "options", self.options + (option,))
 
     def intervention(self, name: str) -> Intervention:
         for i in self.interventions:
@@ -240,6 +265,24 @@ class PlatformSpec:
                 return i
         known = ", ".join(i.name for i in self.interventions) or "none"
         raise ConfigurationError(f"platform {self.name!r} has no intervention {name!r} (it has: {known})")
+
+    @property
+    def controls(self) -> tuple:
+        """Every control the platform executes, the default first."""
+        return (self.control, *self.extra_controls)
+
+    def control_for(self, options: Optional[Mapping[str, Any]] = None) -> ControlSpec:
+        """The control of an env built with ``options``: the one their ``control`` names, else the default."""
+        chosen = (options or {}).get(CONTROL_OPTION)
+        if chosen is None:
+            return self.control
+        for control in self.controls:
+            if control.action_space == chosen:
+                return control
+        raise ConfigurationError(
+            f"platform {self.name!r} executes no control {chosen!r}; its controls: "
+            + ", ".join(c.action_space for c in self.controls)
+        )
 
     def observation_spec(self, options: Optional[Mapping[str, Any]] = None) -> ObservationSpec:
         if self.observation_for is None:
@@ -360,6 +403,7 @@ class ModelSpec:
 
 
 __all__ = [
+    "CONTROL_OPTION",
     "Requirement",
     "Option",
     "StepResult",

@@ -322,8 +322,9 @@ def _resolve(ctx, kwargs, preflight=None) -> tuple:
         if spec is not None and config.mode != "endpoint":
             from ..pairing import pair
 
-            pair(spec, platform, config=config.model_config(spec), registry=reg,
-                 observation=platform.observation_spec(platform_opts))
+            platform_opts = pair(spec, platform, config=config.model_config(spec), registry=reg,
+                                 observation=platform.observation_spec(platform_opts),
+                                 platform_options=platform_opts).platform_options  # with the control chosen
     if config is None:  # before the simulator is built: that can take a while, or fail for another reason
         fits = reg.models_for(platform.name)
         raise ConfigurationError(
@@ -398,6 +399,7 @@ def with_cache(model, cache):
 def _open(reg, platform: PlatformSpec, platform_opts, config):
     from ..runtime import open_model
 
-    return open_model(config, platform, registry=reg, observation=platform.observation_spec(platform_opts))
+    return open_model(config, platform, registry=reg, observation=platform.observation_spec(platform_opts),
+                      platform_options=platform_opts)
 
 

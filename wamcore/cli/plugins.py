@@ -27,7 +27,10 @@ def plugins(ctx, as_json):
         status = "ok" if r.ok else "FAILED"
         click.echo(f"{r.name} ({dist}) {status}")
         for name in r.platforms:
-            click.echo(f"  platform {name}")
+            controls = reg.platforms()[name].controls
+            listed = "" if len(controls) == 1 else " (controls: " + ", ".join(
+                c.action_space + (" (default)" if i == 0 else "") for i, c in enumerate(controls)) + ")"
+            click.echo(f"  platform {name}{listed}")
         for name in r.models:
             spec = reg.models()[name]
             click.echo(f"  model    {name} -> {', '.join(spec.platforms)}")

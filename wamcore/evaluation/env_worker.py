@@ -228,7 +228,7 @@ class EnvHost:
         model = RemoteModel(endpoint, token=self.model_options.get("token"), timeout_s=self.model_options.get("timeout_s"),
                             alive=alive)
         try:
-            self.worker.model = model.bind(self.platform, self.observation)
+            self.worker.model = model.bind(self.platform, self.observation, self.settings.platform_options)
         except BaseException:
             model.close()
             raise

@@ -242,7 +242,8 @@ class RayEvaluation:
 
         client = RemoteModel(endpoint, token=self.config.token, timeout_s=self.config.timeout_s)
         try:
-            return client.bind(self.platform, self.platform.observation_spec(self.settings.platform_options)).info
+            options = self.settings.platform_options
+            return client.bind(self.platform, self.platform.observation_spec(options), options).info
         finally:
             client.close()
 

@@ -9,7 +9,7 @@ serves as a health probe for a borrowed worker.
 from __future__ import annotations
 
 import logging
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from ..contracts import ModelInfo, ObservationSpec
 from ..errors import WorkerError
@@ -42,6 +42,7 @@ class SharedModel:
         observation: Optional[ObservationSpec] = None,
         restarts: int = 1,
         env: Optional[Mapping[str, str]] = None,
+        platform_options: Optional[Mapping[str, Any]] = None,  # the envs' (their control)
     ):
         if config.mode == IN_PROCESS:
             raise ValueError("SharedModel needs a worker: set WorkerConfig.python (spawn) or .endpoint")
@@ -49,6 +50,7 @@ class SharedModel:
         self.platform = platform
         self.registry = registry
         self.observation = observation
+        self.platform_options = dict(platform_options or {})
         self.restarts_allowed = int(restarts)
         self.restarts = 0
         self.env = dict(env or {})
@@ -86,7 +88,7 @@ class SharedModel:
                 self.worker = None
                 raise
         try:
-            self.client = client.bind(self.platform, self.observation)
+            self.client = client.bind(self.platform, self.observation, self.platform_options)
         except BaseException:
             client.close()
             self._stop_worker()

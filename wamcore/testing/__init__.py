@@ -82,7 +82,7 @@ def check_platform(
     env = spec.create(**dict(options or {}))
     try:
         _require(isinstance(env, Env), f"{type(env).__name__} lacks parts of the Env protocol")
-        _require(env.control == spec.control, "env.control differs from the registered ControlSpec")
+        _require(env.control == spec.control_for(options), "env.control differs from the registered ControlSpec")
         _require(env.observation_spec == expected_obs, "env.observation_spec differs from the registered one for these options")
         _require(isinstance(env.max_steps, int) and env.max_steps >= 1, "max_steps must be a positive int")
         obs = env.reset(seed=seed)
@@ -172,12 +172,12 @@ def check_model_adapter(
     if counting is None:
         counting = _CountingModel(service.native)
         service.native = counting
-    client = LocalModel(service).bind(platform, pairing.observation)
+    client = LocalModel(service).bind(platform, pairing.observation, pairing.platform_options)
     pred = client.predict(PredictRequest(observation=obs))
     _require(isinstance(pred, Prediction), "predict must return a Prediction")
     _require(
-        pred.actions.shape == (pairing.contract.chunk_size, platform.control.action_dim),
-        f"actions shape {pred.actions.shape} != ({pairing.contract.chunk_size}, {platform.control.action_dim})",
+        pred.actions.shape == (pairing.contract.chunk_size, pairing.control.action_dim),
+        f"actions shape {pred.actions.shape} != ({pairing.contract.chunk_size}, {pairing.control.action_dim})",
     )
     calls = counting.calls
     rejected = []

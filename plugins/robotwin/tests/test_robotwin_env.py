@@ -13,6 +13,7 @@ from wamcore.errors import EnvironmentFailure
 from wamcore.execution import evaluate, run_episode, wam_act
 from wamcore.testing import check_platform
 import wam_robotwin.plugin as plugin
+from wam_robotwin.spec import EE_ACTION_SPACE, ROBOTWIN_EE_CONTROL
 
 OPEN, CLOSED = 1.0, 0.0
 
@@ -138,6 +139,42 @@ def test_malformed_action_never_reaches_take_action(make, bad):
     env.reset(seed=0)
     with pytest.raises(ActionError):
         env.step(bad)
+    assert calls(env, "take_action") == [] and env.steps == 0
+
+
+def ee_pose(env, **moves):
+    """The observed end-effector poses as one ee16 action, with some values moved."""
+    state = env.observe().state
+    a = np.concatenate([state["left_eef_pose"], state["left_gripper"], state["right_eef_pose"], state["right_gripper"]])
+    for index, value in moves.items():
+        a[int(index[1:])] = value
+    return a.astype(np.float32)
+
+
+def test_the_ee_control_is_take_action_ee(make, platform):
+    env = make(control=EE_ACTION_SPACE)
+    assert env.control == ROBOTWIN_EE_CONTROL == platform.control_for({"control": EE_ACTION_SPACE})
+    env.reset(seed=0)
+    yaw = 0.4
+    target = ee_pose(env, i1=-0.2 + 0.05 * 0.5, i3=np.cos(yaw / 2), i6=np.sin(yaw / 2), i7=CLOSED)
+    env.step(target)
+    sent = calls(env, "take_action")[-1][1]
+    assert sent["action_type"] == "ee" and sent["action"].dtype == np.float64
+    np.testing.assert_array_equal(sent["action"], target.astype(np.float64))
+    joints = env.observe().state["joint_targets"]
+    np.testing.assert_allclose(joints[[0, 1, 6]], [yaw, 0.5, CLOSED], atol=1e-6)  # the stand-in planned to the pose
+
+
+@pytest.mark.parametrize("quaternion", [(0, 0, 0, 0), (2, 0, 0, 0), (0.99, 0, 0, 0)], ids=["zero", "twice", "0.99"])
+def test_an_ee_pose_without_a_unit_quaternion_never_reaches_take_action(make, quaternion):
+    env = make(control=EE_ACTION_SPACE)
+    env.reset(seed=0)
+    bad = ee_pose(env)
+    bad[11:15] = quaternion
+    with pytest.raises(ActionError, match="right quaternion has norm"):
+        env.step(bad)
+    with pytest.raises(ActionError):
+        env.step(np.zeros(14, dtype=np.float32))  # a qpos14 row on the ee control
     assert calls(env, "take_action") == [] and env.steps == 0
 
 

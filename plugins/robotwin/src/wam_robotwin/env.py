@@ -9,7 +9,8 @@ Everything follows RoboTwin's ``script/eval_policy.py`` (RoboTwin-Platform/RoboT
   check_success()``); episode ``i`` of seed ``S`` is the ``i``-th accepted simulator seed from
   ``100000 * (1 + S)``; the expert's info fills the instruction templates
   (``description/utils/generate_episode_instructions.py``);
-* one action is one ``take_action(a, action_type="qpos")`` call: ``steps`` is RoboTwin's
+* one action is one ``take_action(a, action_type=...)`` call, ``"qpos"`` or, with the control
+  ``robotwin.endpose.ee16.v1``, ``"ee"``: ``steps`` is RoboTwin's
   ``take_action_cnt``, ``max_steps`` its ``step_lim`` and native success its ``eval_success``,
   which RoboTwin sets inside ``take_action`` at the first physics step where ``check_success()``
   holds (``envs/_base_task.py``). wamcore's ``wam_act`` stops at ``steps >= max_steps``
@@ -42,7 +43,11 @@ from .config import TaskSetup, load_setup
 from .episodes import first_candidate_seed
 from .install import import_failure, require_robotwin
 from .observation import physical_observation
-from .spec import ROBOTWIN_CONTROL
+from .spec import EE_QUATERNION_TOLERANCE, ROBOTWIN_CONTROL, ROBOTWIN_EE_CONTROL
+
+#: control -> RoboTwin's ``take_action`` action_type
+ACTION_TYPES = {ROBOTWIN_CONTROL.action_space: "qpos", ROBOTWIN_EE_CONTROL.action_space: "ee"}
+CONTROLS = {c.action_space: c for c in (ROBOTWIN_CONTROL, ROBOTWIN_EE_CONTROL)}
 
 #: instruction candidates generated per episode (eval_policy.py passes its test_num, 100)
 DESCRIPTIONS_PER_EPISODE = 100
@@ -102,8 +107,6 @@ def import_robotwin(root: Path, task: str) -> Tuple[type, Callable, type]:
 class RoboTwinEnv:
     """One RoboTwin task instance, reused across episodes (as upstream reuses it)."""
 
-    control = ROBOTWIN_CONTROL
-
     def __init__(
         self,
         task: Any,
@@ -113,13 +116,18 @@ class RoboTwinEnv:
         unstable_error: type,
         instruction_type: str = "unseen",
         step_limit: Optional[int] = None,
+        control: Optional[str] = None,
     ):
+        if control is not None and control not in CONTROLS:
+            raise ConfigurationError(f"control must be one of {sorted(CONTROLS)}, got {control!r}")
         if instruction_type not in INSTRUCTION_TYPES:
             raise ConfigurationError(f"instruction_type must be one of {INSTRUCTION_TYPES}, got {instruction_type!r}")
         if step_limit is not None and int(step_limit) < 1:
             raise ConfigurationError(f"step_limit must be >= 1, got {step_limit}")
         self.task = task
         self.setup = setup
+        self.control = CONTROLS[control or ROBOTWIN_CONTROL.action_space]
+        self.action_type = ACTION_TYPES[self.control.action_space]
         self.observation_spec = setup.observation_spec
         self.max_steps = int(step_limit) if step_limit is not None else setup.step_limit
         self.instruction_type = instruction_type
@@ -239,11 +247,13 @@ class RoboTwinEnv:
         return self._obs
 
     def step(self, action: np.ndarray) -> StepResult:
-        """Execute one qpos14 action with ``take_action(a, action_type="qpos")``."""
+        """Execute one action with ``take_action(a, action_type=self.action_type)``."""
         a = np.asarray(action)
         if a.ndim != 1:
             raise ActionError([f"step() executes one action of shape ({self.control.action_dim},), got {a.shape}"], context=self.control.action_space)
         row = validate_actions(a[None, :], self.control)[0]
+        if self.action_type == "ee":
+            _check_quaternions(row)
         if not self._active:
             raise EnvironmentFailure("no RoboTwin episode is running: call reset() first")
         task = self.task
@@ -255,7 +265,7 @@ class RoboTwinEnv:
         before = int(task.take_action_cnt)
         self._obs = None
         with inside(self.setup.root):
-            task.take_action(row.astype(np.float64), action_type="qpos")
+            task.take_action(row.astype(np.float64), action_type=self.action_type)
         if int(task.take_action_cnt) != before + 1:
             raise EnvironmentFailure(f"take_action did not count the action (take_action_cnt {before} -> {task.take_action_cnt})")
         return StepResult(
@@ -279,15 +289,25 @@ class RoboTwinEnv:
         self._end_episode()
 
 
+def _check_quaternions(row: np.ndarray) -> None:
+    norms = [float(np.linalg.norm(row[i : i + 4])) for i in (3, 11)]
+    bad = [f"{side} quaternion has norm {n:.6g}" for side, n in zip(("left", "right"), norms)
+           if abs(n - 1.0) > EE_QUATERNION_TOLERANCE]
+    if bad:
+        raise ActionError(bad + [f"an ee16 pose needs unit quaternions (within {EE_QUATERNION_TOLERANCE})"],
+                          context=ROBOTWIN_EE_CONTROL.action_space)
+
+
 def make_env(
     task: str,
     task_config: str = "demo_clean",
     robotwin_root: Optional[str] = None,
     instruction_type: str = "unseen",
     step_limit: Optional[int] = None,
+    control: Optional[str] = None,
 ) -> RoboTwinEnv:
     """The platform's env factory (``PlatformSpec.make_env``): check the checkout, read its
-    configs, import the task from it and build the env."""
+    configs, import the task from it and build the env; ``control`` chooses the action type."""
     root = require_robotwin(robotwin_root)
     setup = load_setup(root, task, task_config)
     task_cls, describe, unstable = import_robotwin(root, task)
@@ -295,5 +315,5 @@ def make_env(
         instance = task_cls()
     return RoboTwinEnv(
         instance, setup, describe=describe, unstable_error=unstable,
-        instruction_type=instruction_type, step_limit=step_limit,
+        instruction_type=instruction_type, step_limit=step_limit, control=control,
     )

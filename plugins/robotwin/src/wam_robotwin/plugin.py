@@ -10,7 +10,7 @@ from wamcore import Option, PlatformSpec, hookimpl
 from .config import observation_for
 from .episodes import plan_episodes
 from .install import INSTALL_GUIDE, ROOT_ENV, doctor_checks
-from .spec import PLATFORM, ROBOTWIN_CONTROL, ROBOTWIN_OBSERVATION
+from .spec import PLATFORM, ROBOTWIN_CONTROL, ROBOTWIN_EE_CONTROL, ROBOTWIN_OBSERVATION
 
 #: Upstream's usual example task (RoboTwin README, ``collect_data.sh beat_block_hammer ...``).
 DEFAULT_TASK = "beat_block_hammer"
@@ -55,9 +55,11 @@ def wam_register_platforms(register):
             name=PLATFORM,
             observation=ROBOTWIN_OBSERVATION,
             control=ROBOTWIN_CONTROL,
+            extra_controls=(ROBOTWIN_EE_CONTROL,),
             make_env="wam_robotwin.env:make_env",
             options=OPTIONS,
-            description="RoboTwin 2.0 dual-arm tasks (aloha-agilex, SAPIEN): 3 cameras, qpos14 joint targets",
+            description="RoboTwin 2.0 dual-arm tasks (aloha-agilex, SAPIEN): 3 cameras; qpos14 joint targets or "
+                        "ee16 end-effector poses",
             install=INSTALL_GUIDE,
             doctor=doctor_checks,
             episodes=plan_episodes,

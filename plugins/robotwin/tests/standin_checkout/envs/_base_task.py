@@ -10,7 +10,11 @@ Rules kept from RoboTwin (envs/_base_task.py, envs/robot/robot.py):
   counts one action, moves over several physics steps and sets ``eval_success`` (and refreshes
   ``now_obs``) at the first physics step where ``check_success()`` holds, returning early;
 * grippers are clipped to [0, 1]; ``joint_action`` holds drive targets, the robot's
-  ``get_*_arm_real_jointState`` the measured joints (then the gripper value).
+  ``get_*_arm_real_jointState`` the measured joints (then the gripper value);
+* ``action_type="ee"`` takes 16 values, per arm a world-frame pose (x, y, z, qw, qx, qy, qz,
+  the quaternion normalised as transforms3d's ``quat2mat`` does) and the gripper; the stand-in's
+  "planner" is the exact inverse of its ``endpose`` (yaw from the quaternion, joints 1 and 2
+  from y and z), where RoboTwin plans with cuRobo.
 Every input is checked, so the tests fail if the plugin calls RoboTwin differently.
 """
 
@@ -60,6 +64,17 @@ class Robot:
 
     def get_right_gripper_val(self):
         return self.right_gripper_val
+
+
+def _pose_to_joints(pose, current):
+    """The inverse of ``_endpose`` for the joints it depends on; the others keep their targets."""
+    q = np.asarray(pose[3:7], dtype=np.float64)
+    q = q / np.linalg.norm(q)
+    joints = np.array(current, dtype=np.float64)
+    joints[0] = 2.0 * np.arctan2(q[3], q[0])
+    joints[1] = (pose[1] + 0.2) / 0.05
+    joints[2] = (pose[2] - 0.9) / 0.05
+    return joints
 
 
 def _endpose(joints, side):
@@ -186,12 +201,18 @@ class Base_Task:
         assert action_type in ("qpos", "ee"), action_type
         if self.take_action_cnt == self.step_lim or self.eval_success:
             return
-        action = np.asarray(action)
-        assert action.shape == (2 * ARM + 2,), f"qpos action must have 14 values, got {action.shape}"
+        action = sent = np.asarray(action)
         assert action.dtype == np.float64, action.dtype
+        if action_type == "ee":
+            assert action.shape == (16,), f"ee action must have 16 values, got {action.shape}"
+            action = np.concatenate([
+                _pose_to_joints(action[:7], self.robot.left_target), action[7:8],
+                _pose_to_joints(action[8:15], self.robot.right_target), action[15:16],
+            ])
+        assert action.shape == (2 * ARM + 2,), f"qpos action must have 14 values, got {action.shape}"
         self.take_action_cnt += 1
         print(f"step: {self.take_action_cnt} / {self.step_lim}", end="\r")  # as RoboTwin does
-        self.calls.append(("take_action", {"action": action.copy(), "action_type": action_type}))
+        self.calls.append(("take_action", {"action": sent.copy(), "action_type": action_type}))
         if self.fail_on_action == self.take_action_cnt:
             raise RuntimeError("TOPP failed: path is not feasible")
         start_l, start_r = self.robot.left_target.copy(), self.robot.right_target.copy()
