@@ -113,6 +113,33 @@ def test_open_model_pairs_and_binds_the_models_control(registry):
     assert act.success and act.steps < 12
 
 
+def test_a_probe_refuses_a_model_of_another_control_than_the_interventions(registry, tmp_path):
+    import attrs
+
+    from wamcore.probe.runner import run_probe
+    from wamcore.probe.sets import ProbeContext, ProbeSet
+    from wamcore.specs import Intervention
+
+    platform = attrs.evolve(registry.platform("twoway"), interventions=(Intervention("push", [[0.1]] * 4),))
+    one = ProbeSet("one", "twoway", [ProbeContext("seed=0", reset={"seed": 0})])
+    for backend, control in (("twoway-pos", toy.POSITION), ("twoway-vel", toy.VELOCITY)):
+        config = WorkerConfig.from_options(platform="twoway", am_backend=backend)
+        with open_model(config, platform, registry=registry) as model:
+            options = {CONTROL_OPTION: control.action_space}
+            if control is toy.POSITION:
+                with pytest.raises(ConfigurationError, match="interventions are twoway.velocity.v1 chunks, but the "
+                                                             "model commands twoway.position.v1"):
+                    run_probe(one, platform, model, out=tmp_path / backend, platform_options=options)
+                assert not (tmp_path / backend).exists()  # refused before any env was built or stepped
+            else:
+                report = run_probe(one, platform, model, out=tmp_path / backend, platform_options=options)
+                context = report["contexts"][0]
+                assert list(context["branches"]) == ["push", "model"] and context["picture"] is None  # no camera
+                separation = report["metrics"]["branch_separation"]["horizons"]["2"]
+                assert separation["distinct_pairs"] == 1 and separation["frame_mse_mean"] is None
+                assert separation["state_distance_mean"] > 0
+
+
 def test_wam_plugins_names_the_controls():
     result = wam("plugins")
     assert result.returncode == 0, result.stderr

@@ -222,8 +222,8 @@ class PlatformSpec:
     #: resident memory of one env process in MB (``wam eval --num-envs`` refuses an N that
     #: does not fit the machine); None: unknown, not checked
     env_memory_mb: Optional[float] = None
-    #: named counterfactual branches for ``wam probe`` (each ``[T, D]`` within the control
-    #: bounds); empty: the probe runs the model's own chunk only
+    #: named counterfactual branches for ``wam probe`` (each ``[T, D]`` within the bounds of
+    #: the default ``control``); empty: the probe runs the model's own chunk only
     interventions: tuple = attrs.field(default=(), converter=tuple)
     #: further controls besides ``control`` (the default), one per mode (joint targets,
     #: end-effector poses...). The platform then gets the option ``control`` (``--control``):

@@ -138,8 +138,10 @@ def _figures(name: str, m: dict) -> str:
     if name == "branch_separation":
         h = max(m["horizons"], key=int)
         s = m["horizons"][h]
-        return (f"ok        at step {h}: {s['distinct_pairs']}/{s['pairs']} branch pairs differ, frame MSE mean "
-                f"{s['frame_mse_mean']:.1f} (min {s['frame_mse_min']:.2f}), state distance mean {s['state_distance_mean']:.3f}")
+        frames = "" if s["frame_mse_mean"] is None else \
+            f", frame MSE mean {s['frame_mse_mean']:.1f} (min {s['frame_mse_min']:.2f})"
+        return (f"ok        at step {h}: {s['distinct_pairs']}/{s['pairs']} branch pairs differ{frames}, "
+                f"state distance mean {s['state_distance_mean']:.3f}")
     if name in ("future_frames", "candidate_futures"):
         return (f"ok        MSE {m['mse']:.2f} vs {m['current_mse']:.2f} for the current frame "
                 f"({m['closer_than_current']}/{m['frames']} closer), PSNR {m['psnr']:.1f} dB vs {m['current_psnr']:.1f} dB")

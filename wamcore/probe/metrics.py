@@ -104,10 +104,13 @@ def branch_separation(rollouts: Mapping[str, Rollout], horizons) -> dict:
         pairs = [(a, b) for a, b in combinations(rollouts.values(), 2) if a.steps >= h and b.steps >= h]
         if not pairs:
             continue
-        frame = [np.mean([mse(a.frames[r][h - 1], b.frames[r][h - 1]) for r in a.frames]) for a, b in pairs]
         state = [float(np.linalg.norm(a.state_at(h) - b.state_at(h))) for a, b in pairs]
-        out[str(h)] = {"pairs": len(pairs), "distinct_pairs": int(sum(f > 0 for f in frame)),
-                       "frame_mse_min": float(min(frame)), "frame_mse_mean": float(np.mean(frame)),
+        if pairs[0][0].frames:
+            frame = [np.mean([mse(a.frames[r][h - 1], b.frames[r][h - 1]) for r in a.frames]) for a, b in pairs]
+            frames = {"frame_mse_min": float(min(frame)), "frame_mse_mean": float(np.mean(frame))}
+        else:  # a platform without cameras: branches differ by their states
+            frame, frames = state, {"frame_mse_min": None, "frame_mse_mean": None}
+        out[str(h)] = {"pairs": len(pairs), "distinct_pairs": int(sum(f > 0 for f in frame)), **frames,
                        "state_distance_min": min(state), "state_distance_mean": float(np.mean(state))}
     return {"status": "ok", "horizons": out, "outcomes": {n: r.outcome() for n, r in rollouts.items()}}
 
@@ -233,12 +236,14 @@ def _separation(entries: List[dict]) -> dict:
                                           "frame": [], "state_distance_min": math.inf, "state": []})
             acc["pairs"] += s["pairs"]
             acc["distinct_pairs"] += s["distinct_pairs"]
-            acc["frame_mse_min"] = min(acc["frame_mse_min"], s["frame_mse_min"])
+            if s["frame_mse_min"] is not None:  # None: no cameras
+                acc["frame_mse_min"] = min(acc["frame_mse_min"], s["frame_mse_min"])
+                acc["frame"].append(s["frame_mse_mean"])
             acc["state_distance_min"] = min(acc["state_distance_min"], s["state_distance_min"])
-            acc["frame"].append(s["frame_mse_mean"])
             acc["state"].append(s["state_distance_mean"])
     return {"horizons": {h: {"pairs": a["pairs"], "distinct_pairs": a["distinct_pairs"],
-                             "frame_mse_min": a["frame_mse_min"], "frame_mse_mean": _mean(a["frame"]),
+                             "frame_mse_min": a["frame_mse_min"] if a["frame"] else None,
+                             "frame_mse_mean": _mean(a["frame"]),
                              "state_distance_min": a["state_distance_min"], "state_distance_mean": _mean(a["state"])}
                          for h, a in horizons.items()}}
 

@@ -98,11 +98,13 @@ def probe_context(env, platform: PlatformSpec, model: ModelClient, context: Prob
         "branch_ranking": metrics.branch_ranking(caps, backend, candidates, forward, now),
         "values": metrics.values(caps, backend, scored, forward),
     }
-    role = next(iter(now.images))
-    predicted = {n: (p.future_observations or {}).get(role) for n, p in scored.items()}
-    predicted = {n: (f[-1] if np.asarray(f).ndim == 4 else f) for n, f in predicted.items() if f is not None}
-    layout = picture.write(out / "contexts" / f"{_file_name(context.name)}.png", np.asarray(now.images[role]), role,
-                           forward, predicted, horizons)
+    layout = None  # a platform without cameras has no picture
+    if now.images:
+        role = next(iter(now.images))
+        predicted = {n: (p.future_observations or {}).get(role) for n, p in scored.items()}
+        predicted = {n: (f[-1] if np.asarray(f).ndim == 4 else f) for n, f in predicted.items() if f is not None}
+        layout = picture.write(out / "contexts" / f"{_file_name(context.name)}.png", np.asarray(now.images[role]),
+                               role, forward, predicted, horizons)
     return {
         **context.to_json(),
         "snapshot": {"address": address, "path": str(path)},
@@ -137,6 +139,11 @@ def run_probe(probe_set: ProbeSet, platform: PlatformSpec, model: ModelClient, *
         if platform.name != probe_set.platform:
             raise ConfigurationError(f"probe set {probe_set.name!r} is for platform {probe_set.platform!r}, "
                                      f"not {platform.name!r}")
+        if platform.interventions and model.control is not None and model.control != platform.control:
+            raise ConfigurationError(
+                f"platform {platform.name!r}'s interventions are {platform.control.action_space} chunks, but the model "
+                f"commands {model.control.action_space}: probe it with a model of the default control"
+            )
         for context in probe_set.contexts:
             env = envs.get({**context.env_options, **overrides})
             report = probe_context(env, platform, model, context, horizons=probe_set.horizons, out=out,
