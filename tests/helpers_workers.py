@@ -62,6 +62,12 @@ def scripted_env(monkeypatch):
 # ----------------------------------------------------------------------------- processes
 
 
+def like_a_terminal() -> None:
+    """``preexec_fn`` for a process a test sends SIGINT: a shell that starts the test run in
+    the background ignores SIGINT, and children inherit that; a user's terminal does not."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def tagged_pids(tag: str) -> List[int]:
     """Processes whose environment carries ``TAG_ENV=tag`` (children, orphans included)."""
     needle = f"{TAG_ENV}={tag}".encode()

@@ -82,7 +82,7 @@ def test_the_identity_holds_what_decides_outputs(counted):
     model, _ = counted
     identity = model_identity(model.info, model.contract)
     assert identity["checkpoint"] == f"sha256:{identity['pins']['sha256']}"
-    assert identity["options"] == {"device": "auto", "threads": 1} and identity["device"] == "cpu"
+    assert identity["options"] == {"device": "auto", "threads": 1, "weights": "reach"} and identity["device"] == "cpu"
     assert identity["contract"]["chunk_size"] == 8
     neutral = attrs.evolve(model.info, details={**model.info.details, "neutral_options": ["threads"]})
     assert "threads" not in model_identity(neutral, model.contract)["options"]

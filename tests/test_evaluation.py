@@ -23,7 +23,7 @@ from wamcore.specs import Episode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import wamtest_eval  # noqa: E402
-from helpers_workers import TAG_ENV, TESTS, no_leaks, pid_gone, tagged_pids  # noqa: E402,F401
+from helpers_workers import TAG_ENV, TESTS, like_a_terminal, no_leaks, pid_gone, tagged_pids  # noqa: E402,F401
 
 EVALTOY = ["--platform", "evaltoy", "--am-backend", "evaltoy-p"]
 
@@ -44,7 +44,7 @@ def wam(*args, env=None, timeout=180) -> subprocess.CompletedProcess:
 
 def start_wam(*args, env=None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "wamcore", *map(str, args)], env=env or eval_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=like_a_terminal)
 
 
 def records(out: Path) -> dict:

@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers beside the tests
 
-from helpers_workers import no_leaks, pid_gone, scripted_env, wait_gone, worker_env  # noqa: E402,F401
+from helpers_workers import like_a_terminal, no_leaks, pid_gone, scripted_env, wait_gone, worker_env  # noqa: E402,F401
 
 pytestmark = pytest.mark.usefixtures("no_leaks", "scripted_env")
 
@@ -30,7 +30,7 @@ def slow_run(log_dir: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "wamcore", "run", "--platform", "toy", "--am-backend", "scripted-wam",
          "--am-python", sys.executable, "--am-log-dir", str(log_dir), "--delay", "30"],
-        env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=like_a_terminal,
     )
 
 
