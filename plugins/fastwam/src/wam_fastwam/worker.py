@@ -259,10 +259,9 @@ def load_robotwin(config: ModelConfig) -> RoboTwinModel:
         checkpoint=str(checkpoint),
         text=text,
     )
-    infer = getattr(type(model), "infer_action", None)
     native.details.update({
         "entry": f"{type(model).__module__}.{type(model).__qualname__}.infer_action",
-        "upstream_file": inspect.getsourcefile(infer) if infer is not None else None,
+        "upstream_file": inspect.getfile(type(model)),  # the module infer_action is defined in
         "weights_sha256": {p.name: sha256_file(p) for p in (checkpoint, stats_path)},
         "text_encoder": "text-cache" if text is not None else "umt5-xxl",
         "text_cache": text.identity if text is not None else None,
