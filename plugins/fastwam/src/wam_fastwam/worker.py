@@ -268,6 +268,7 @@ def load_robotwin(config: ModelConfig) -> RoboTwinModel:
         "fastwam_overrides": list(settings.overrides),
         "random_test_weights": _random_marker(checkpoint),
     })
+    native.device = str(device)
     return native
 
 
