@@ -4,7 +4,9 @@ directly (outside wamcore) for comparison. One run does everything; nothing is d
 
 1. ``wam_fastwam.testweights.generate`` writes full-size (``--layers 0 --width 0``) random
    weights from FastWAM's own classes, on the GPU, in the files upstream reads, with a
-   text-cache entry for the instruction (the UMT5-XXL is neither generated nor loaded);
+   text-cache entry for the instruction (the UMT5-XXL is neither generated nor loaded; with
+   ``--text-encoder`` it is, and a tokenizer folder, and the worker runs without ``--text-cache``
+   as the default deployment does);
 2. a ``wam serve`` worker is spawned with ``--am-cuda-device`` and ``--text-cache``; load time
    is spawn to ready (Hydra composition, ``create_fastwam``, ``load_checkpoint``, hashing);
    ``--calls`` predictions at upstream's default 10 steps are timed after ``--warmup`` ones, at
@@ -59,8 +61,8 @@ def gpu_memory_used_mb() -> list:
 
 
 def options(files: dict, args) -> dict:
-    return {"text_cache": files["text_cache"], "fastwam_override": files["fastwam_overrides"].split(),
-            "num_inference_steps": args.steps}
+    text = {} if args.text_encoder else {"text_cache": files["text_cache"]}
+    return {**text, "fastwam_override": files["fastwam_overrides"].split(), "num_inference_steps": args.steps}
 
 
 def through_worker(files: dict, args) -> dict:
@@ -117,15 +119,19 @@ def direct(files: dict, args) -> dict:
     load_s = time.perf_counter() - t0
     model = native.model
     obs = observation()
-    context, mask = native.text.context(TASK)
+    if native.text is not None:
+        context, mask = native.text.context(TASK)
+        text = {"prompt": None, "context": context, "context_mask": mask}
+    else:  # the UMT5-XXL encodes the prompt inside infer_action, as the deployment does
+        text = {"prompt": native.prompt_template.format(task=TASK)}
     state = torch.from_numpy(native.stats.state.normalize(obs.state["joint_targets"].astype(np.float32))[None])
 
     def call():
         image = model_image(compose_cameras(obs.images["head"], obs.images["left_wrist"], obs.images["right_wrist"]),
                             model.device, model.torch_dtype)
         with torch.no_grad():
-            return model.infer_action(prompt=None, input_image=image, action_horizon=32, proprio=state, context=context,
-                                      context_mask=mask, num_inference_steps=args.steps, seed=1)["action"]
+            return model.infer_action(**text, input_image=image, action_horizon=32, proprio=state,
+                                      num_inference_steps=args.steps, seed=1)["action"]
 
     times = []
     for i in range(args.warmup + args.calls):
@@ -155,6 +161,8 @@ def main() -> None:
     ap.add_argument("--cuda-device", default="0")
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--text-encoder", action="store_true",
+                    help="generate and load the UMT5-XXL (the default deployment) instead of --text-cache")
     args = ap.parse_args()
     if args.device == "cuda":
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", args.cuda_device)
@@ -165,12 +173,13 @@ def main() -> None:
     weights = Path(args.work) / "weights"
     t0 = time.perf_counter()
     files = generate(weights, layers=args.layers, width=args.width, seed=0, instructions=[TASK],
-                     device="cuda" if args.device == "cuda" else "cpu")
+                     device="cuda" if args.device == "cuda" else "cpu", text_encoder=args.text_encoder)
     os.environ["DIFFSYNTH_MODEL_BASE_PATH"] = files["diffsynth_model_base_path"]  # the worker inherits both
     os.environ["DIFFSYNTH_SKIP_DOWNLOAD"] = "true"
     result = {"torch": torch.__version__, "python": sys.version.split()[0],
               "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
               "layers": args.layers or "full", "width": args.width or "full", "steps": args.steps,
+              "text": "umt5-xxl" if args.text_encoder else "text-cache",
               "calls": args.calls, "warmup": args.warmup, "generate_s": round(time.perf_counter() - t0, 1),
               "parameters_mot_and_proprio": files.pop("parameters")}
     result["worker"] = through_worker(files, args)

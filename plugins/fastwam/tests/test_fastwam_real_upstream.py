@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -98,3 +99,36 @@ def test_the_prompt_template_is_upstreams(run):
     values = [node.value.value for node in ast.parse(source.read_text()).body
               if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "DEFAULT_PROMPT" for t in node.targets)]
     assert values == [PROMPT_TEMPLATE]
+
+
+def test_the_text_encoder_files_of_the_generator_are_what_upstream_reads(tmp_path):
+    """``--text-encoder`` (the default deployment, for a GPU machine): the generated tokenizer
+    folder is read by upstream's HuggingfaceTokenizer as the loader reads it, and the encoder
+    the generator builds (WanTextEncoder()) has the key/shape hash of the loader's registry.
+    The 11.4 GB file itself is not written here (a CPU machine of 24 GB)."""
+    script = f"""
+import hashlib, json
+from pathlib import Path
+import torch
+from fastwam.models.wan22.helpers import io
+from fastwam.models.wan22.helpers.loader import WAN22_MODEL_REGISTRY
+from fastwam.models.wan22.wan_video_text_encoder import HuggingfaceTokenizer, WanTextEncoder
+from wam_fastwam.testweights import TOKENIZER_DIR, write_tokenizer
+from wam_fastwam.text_cache import prompt_for
+folder = write_tokenizer(Path({str(tmp_path)!r}) / TOKENIZER_DIR, [prompt_for("lift the pot")])
+tok = HuggingfaceTokenizer(name=str(folder), seq_len=128, clean="whitespace")  # loader.py's call
+ids, mask = tok(prompt_for("lift the pot"), return_mask=True, add_special_tokens=True)
+with torch.device("meta"):
+    keys = io._convert_state_dict_to_keys_dict(WanTextEncoder().state_dict())
+digest = hashlib.md5(io._convert_keys_dict_to_single_str(keys).encode()).hexdigest()
+print(json.dumps({{"ids": ids.tolist(), "mask": mask.tolist(), "hash": digest,
+                  "registry": [e["model_hash"] for e in WAN22_MODEL_REGISTRY if e["model_name"] == "wan_video_text_encoder"]}}))
+"""
+    proc = subprocess.run([FASTWAM_PYTHON, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    ids, mask = np.asarray(out["ids"]), np.asarray(out["mask"])
+    n = int(mask.sum())
+    assert ids.shape == mask.shape == (1, 128) and n == len(re.findall(r"\w+|[^\w\s]", prompt_for("lift the pot"))) + 1
+    assert ids[0, n - 1] == 1 and not ids[0, n:].any() and (ids[0, :n - 1] > 2).all()  # words, </s>, <pad>...
+    assert out["registry"] == [out["hash"]]

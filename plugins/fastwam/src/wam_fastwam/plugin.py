@@ -101,7 +101,10 @@ def wam_register_models(register):
 @click.option("--dtype", type=click.Choice(["bfloat16", "float32"]), default="bfloat16", show_default=True)
 @click.option("--device", default="cpu", show_default=True, help="Where the modules are built (cuda for full size).")
 @click.option("--fastwam-config-dir", type=click.Path(file_okay=False), default=None)
-def test_weights_command(out, layers, width, seed, instructions, dtype, device, fastwam_config_dir):
+@click.option("--text-encoder", is_flag=True,
+              help="Also write the full-size UMT5-XXL encoder (11.4 GB, bf16; use --device cuda) and a tokenizer "
+                   "folder, to serve without --text-cache.")
+def test_weights_command(out, layers, width, seed, instructions, dtype, device, fastwam_config_dir, text_encoder):
     """Generate RANDOM Fast-WAM RoboTwin weights in OUT from upstream's own classes (tests, benchmarks).
 
     Never real weights: the checkpoint is named random_*, OUT holds a marker file, which the
@@ -111,7 +114,7 @@ def test_weights_command(out, layers, width, seed, instructions, dtype, device, 
     from .testweights import generate
 
     made = generate(out, layers=layers, width=width, seed=seed, instructions=instructions, config_dir=fastwam_config_dir,
-                    device=device, dtype=dtype)
+                    device=device, dtype=dtype, text_encoder=text_encoder)
     for key, value in made.items():
         click.echo(f"{key}: {value}")
 

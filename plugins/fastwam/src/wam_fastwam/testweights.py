@@ -21,9 +21,19 @@ not hash values or dtypes). Layout written to ``out``::
                                     upstream's scripts/precompute_text_embeds.py, one per instruction
     FASTWAM_RANDOM_TEST_WEIGHTS.json   the marker: what was generated, how, with which overrides
 
-The text encoder (UMT5-XXL, 5.7B parameters) is not generated: the worker runs with
-``--text-cache out/text_cache``. Everything is named random and marked; nothing here is ever
-pinned as a release file. A fixed seed gives the same tensors on the same device.
+By default the text encoder (UMT5-XXL, 5.7B parameters) is not generated: the worker runs with
+``--text-cache out/text_cache``. With ``text_encoder=True`` (``--text-encoder``, for the default
+deployment on a GPU machine) two more files are written where the loader looks for them::
+
+    diffsynth/DiffSynth-Studio/Wan-Series-Converted-Safetensors/models_t5_umt5-xxl-enc-bf16.safetensors
+                                    WanTextEncoder() state dict, bf16 (11.4 GB; its key/shape hash is
+                                    the registry's, so only full size)
+    diffsynth/Wan-AI/Wan2.1-T2V-1.3B/google/umt5-xxl/   a small tokenizer built with ``tokenizers``
+                                    (word pieces of the instructions, T5's pad/eos/unk ids 0/1/2),
+                                    read by upstream's HuggingfaceTokenizer (AutoTokenizer)
+
+Everything is named random and marked; nothing here is ever pinned as a release file. A fixed
+seed gives the same tensors on the same device.
 """
 
 from __future__ import annotations
@@ -42,6 +52,8 @@ CHECKPOINT = "random_fastwam_robotwin.pt"
 STATS = "random_fastwam_robotwin_dataset_stats.json"
 VAE_DIR = "diffsynth/DiffSynth-Studio/Wan-Series-Converted-Safetensors"
 VAE_FILE = "Wan2.2_VAE.safetensors"
+T5_FILE = "models_t5_umt5-xxl-enc-bf16.safetensors"
+TOKENIZER_DIR = "diffsynth/Wan-AI/Wan2.1-T2V-1.3B/google/umt5-xxl"
 HEAD_DIM = 128  # attn_head_dim of both experts (configs/model/fastwam.yaml); MoT mixes heads of this width
 
 
@@ -75,8 +87,50 @@ def random_stats(seed: int) -> dict:
     return {"state": block(), "action": block()}
 
 
+def write_tokenizer(folder: Path, texts: Iterable[str]) -> Path:
+    """A tokenizer folder ``AutoTokenizer.from_pretrained`` reads: a word-level
+    vocabulary of ``texts`` (plus the prompt template) with T5's special tokens (pad 0, eos 1,
+    unk 2) and T5's ``$A </s>`` post-processing. Not UMT5's vocabulary: random test weights only."""
+    import re
+
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    words = sorted({w for t in [prompt_for(""), *texts] for w in re.findall(r"\w+|[^\w\s]", t)})
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, **{w: i + 3 for i, w in enumerate(words)}}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    folder.mkdir(parents=True, exist_ok=True)
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>").save_pretrained(
+        str(folder))
+    return folder
+
+
+def write_text_encoder(out: Path, seed: int, device: str) -> Path:
+    """``WanTextEncoder()`` (UMT5-XXL encoder, full size: the registry knows no other) in bf16."""
+    import torch
+    from fastwam.models.wan22.wan_video_text_encoder import WanTextEncoder
+    from safetensors.torch import save_file
+
+    path = out / VAE_DIR / T5_FILE
+    if path.is_file():
+        return path
+    torch.manual_seed(seed)
+    with torch.device(device):
+        encoder = WanTextEncoder().to(torch.bfloat16)
+    state = {k: v.detach().to("cpu").contiguous() for k, v in encoder.state_dict().items()}
+    del encoder
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(state, str(tmp), metadata={"random": "true", "generator": "wam_fastwam.testweights"})
+    os.replace(tmp, path)
+    return path
+
+
 def generate(out, *, layers: int = 2, width: int = 256, seed: int = 0, instructions: Iterable[str] = (),
-             config_dir: Optional[str] = None, device: str = "cpu", dtype: str = "bfloat16") -> dict:
+             config_dir: Optional[str] = None, device: str = "cpu", dtype: str = "bfloat16",
+             text_encoder: bool = False) -> dict:
     """Write the files (see the module docstring); returns what was written."""
     import torch
 
@@ -149,6 +203,7 @@ def generate(out, *, layers: int = 2, width: int = 256, seed: int = 0, instructi
     cache_dir = out / "text_cache"
     cache_dir.mkdir(exist_ok=True)
     gen = torch.Generator().manual_seed(seed)
+    instructions = list(instructions)
     for task in instructions:
         prompt = prompt_for(task)
         n = min(TEXT_LEN, 16 + len(task.split()))  # valid tokens, the rest padding, as the T5 tokenizer pads
@@ -157,9 +212,15 @@ def generate(out, *, layers: int = 2, width: int = 256, seed: int = 0, instructi
         mask = torch.zeros(TEXT_LEN, dtype=torch.bool)
         mask[:n] = True
         torch.save({"context": context, "mask": mask}, cache_dir / entry_name(prompt))  # precompute_text_embeds' payload
-    return {"checkpoint": str(ckpt), "dataset_stats": str(stats_path), "vae": str(vae_path),
+    made = {"checkpoint": str(ckpt), "dataset_stats": str(stats_path), "vae": str(vae_path),
             "diffsynth_model_base_path": str(out / "diffsynth"), "text_cache": str(cache_dir),
             "fastwam_overrides": " ".join(overrides), "parameters": params}
+    if text_encoder:
+        instructions = list(instructions)
+        made["tokenizer"] = str(write_tokenizer(out / TOKENIZER_DIR, [prompt_for(t) for t in instructions]))
+        made["text_encoder"] = str(write_text_encoder(out, seed, device))
+    return made
 
 
-__all__ = ["generate", "architecture_overrides", "random_stats", "CHECKPOINT", "STATS", "VAE_DIR", "VAE_FILE"]
+__all__ = ["generate", "architecture_overrides", "random_stats", "write_tokenizer", "write_text_encoder", "CHECKPOINT",
+           "STATS", "VAE_DIR", "VAE_FILE", "T5_FILE", "TOKENIZER_DIR"]
