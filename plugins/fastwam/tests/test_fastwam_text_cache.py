@@ -11,6 +11,7 @@ stand-in here; the real one runs in test_fastwam_real_upstream.py.
 from __future__ import annotations
 
 import hashlib
+import re
 
 import numpy as np
 import pytest
@@ -189,3 +190,12 @@ def test_an_unknown_override_is_a_configuration_error(robotwin_checkpoint, fake_
                          options={"fastwam_config_dir": str(_configs(tmp_path)), "fastwam_override": ("model.nope.x=1",)})
     with pytest.raises(ConfigurationError, match="--fastwam-override model.nope.x=1"):
         ModelService(MODEL, config)
+
+
+@pytest.mark.parametrize("options, where", [({"text_cache": "/cache"}, "--text-cache -> (none: RoboTwin only"),
+                                            ({"fastwam_override": ("model.x=1",)}, "--fastwam-override -> fastwam.overrides")])
+def test_robotwin_only_options_are_refused_on_libero(options, where):
+    from wam_fastwam.deployment import configure
+
+    with pytest.raises(ConfigurationError, match=re.escape(where)):
+        configure(MODEL, ModelConfig(platform="libero", options=options))
