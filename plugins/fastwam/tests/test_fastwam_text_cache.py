@@ -199,3 +199,13 @@ def test_robotwin_only_options_are_refused_on_libero(options, where):
 
     with pytest.raises(ConfigurationError, match=re.escape(where)):
         configure(MODEL, ModelConfig(platform="libero", options=options))
+
+
+def test_doctor_reports_the_text_cache(tmp_path):
+    from wam_fastwam.doctor import doctor_checks
+
+    write_entry(tmp_path, TASK)
+    (row,) = [c for c in doctor_checks({"text_cache": str(tmp_path)}) if c.name.endswith("text cache")]
+    assert row.ok and "1 entries" in row.detail
+    (row,) = [c for c in doctor_checks({"text_cache": str(tmp_path / "nope")}) if c.name.endswith("text cache")]
+    assert not row.ok and "precompute_text_embeds.py" in row.detail
