@@ -7,7 +7,7 @@ process, and the robotwin plugin's own tests hold theirs. The worker runs in the
 environment ``.venv-fastwam`` (``bash .ci/install``).
 
 Usage: python fastwam_real_driver.py ARGS.json OUT.json, ARGS = {robotwin_root, fastwam_python,
-weights_root, log_dir, missing_instruction}.
+weights_root, log_dir, missing_instruction, observation_out}.
 """
 
 from __future__ import annotations
@@ -78,7 +78,11 @@ def main(args_path: str, out_path: str) -> None:
         record["load_s"] = time.perf_counter() - t0
         try:
             executed = []
-            start = env.observe().state["joint_targets"].copy()
+            first = env.observe()  # what wam_act's first request carries
+            np.savez(args["observation_out"], instruction=first.instruction,
+                     joint_targets=np.asarray(first.state["joint_targets"], np.float64),
+                     **{role: first.images[role] for role in ("head", "left_wrist", "right_wrist")})
+            start = first.state["joint_targets"].copy()
             t0 = time.perf_counter()
             act = wam_act(model, env, max_chunks=2, seed=3,
                           on_step=lambda step, action, result, prediction: executed.append(np.asarray(action).tolist()))

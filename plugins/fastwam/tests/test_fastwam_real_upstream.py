@@ -46,14 +46,16 @@ def run(tmp_path_factory) -> dict:
     for rel in ("assets/objects", "assets/background_texture"):
         (root / rel).mkdir(parents=True, exist_ok=True)
     args = {"robotwin_root": str(root), "fastwam_python": FASTWAM_PYTHON, "weights_root": str(VENV / "test-weights"),
-            "log_dir": str(tmp / "logs"), "missing_instruction": MISSING}
+            "log_dir": str(tmp / "logs"), "missing_instruction": MISSING, "observation_out": str(tmp / "first.npz")}
     (tmp / "args.json").write_text(json.dumps(args))
     env = {k: v for k, v in os.environ.items() if k not in ("ROBOTWIN_ROOT", "DIFFSYNTH_MODEL_BASE_PATH")}
     proc = subprocess.run([sys.executable, str(HERE / "fastwam_real_driver.py"), str(tmp / "args.json"),
                            str(tmp / "out.json")], env=env, capture_output=True, text=True, timeout=900)
     logs = "".join(p.read_text()[-3000:] for p in sorted((tmp / "logs").glob("*")) if p.is_file())
     assert proc.returncode == 0, f"{proc.stderr[-4000:]}\nworker log:\n{logs}"
-    return json.loads((tmp / "out.json").read_text())
+    record = json.loads((tmp / "out.json").read_text())
+    record["first_observation"] = str(tmp / "first.npz")
+    return record
 
 
 def test_real_fastwam_drives_robotwin_through_a_spawned_worker(run):
@@ -82,6 +84,19 @@ def test_real_fastwam_drives_robotwin_through_a_spawned_worker(run):
     np.testing.assert_array_equal(executed, np.concatenate(chunks)[:len(executed)])
     np.testing.assert_allclose(np.asarray(run["sent"]), executed, rtol=1e-6, atol=1e-6)
     assert not np.array_equal(run["start_state"], run["end_state"])
+
+
+def test_the_first_chunk_is_upstreams_own_call_on_the_same_files(run, tmp_path):
+    """Upstream's model built and called directly in a fresh process (fastwam_direct_call.py:
+    FastWAM's compose/instantiate/load_checkpoint/infer_action, the inputs as its deploy_policy.py
+    builds them, written out independently of the plugin) gives the chunk the worker gave."""
+    out = tmp_path / "direct.npy"
+    proc = subprocess.run([FASTWAM_PYTHON, str(HERE / "fastwam_direct_call.py"), run["weights"], run["first_observation"],
+                           "3", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    direct = np.load(out)
+    assert direct.shape == (32, 14) and np.isfinite(direct).all()
+    np.testing.assert_allclose(np.asarray(run["chunks"][0]), direct[:8], rtol=1e-5, atol=1e-5)
 
 
 def test_an_instruction_without_a_text_cache_entry_is_a_typed_actionable_error(run):
