@@ -37,9 +37,17 @@ VENV = Path(FASTWAM_PYTHON).parents[1]
 MISSING = "stack the cups in a pyramid"  # no text-cache entry is generated for it
 
 
+def require_model_environment() -> None:
+    """Fail (never skip) without the model environment, saying how to build it."""
+    assert Path(FASTWAM_PYTHON).is_file(), (
+        f"the Fast-WAM model environment is missing ({FASTWAM_PYTHON}): run `bash .ci/install` "
+        "(or set WAMCORE_TEST_FASTWAM_PYTHON to a Python with FastWAM 45d8e14 and wam-fastwam[model])")
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> dict:
     """One episode fragment through a spawned worker (see the module docstring)."""
+    require_model_environment()
     tmp = tmp_path_factory.mktemp("fastwam_real")
     root = tmp / "RoboTwin"
     shutil.copytree(REPO / "plugins" / "robotwin" / "tests" / "standin_checkout", root)
@@ -121,6 +129,7 @@ def test_the_text_encoder_files_of_the_generator_are_what_upstream_reads(tmp_pat
     folder is read by upstream's HuggingfaceTokenizer as the loader reads it, and the encoder
     the generator builds (WanTextEncoder()) has the key/shape hash of the loader's registry.
     The 11.4 GB file itself is not written here (a CPU machine of 24 GB)."""
+    require_model_environment()
     script = f"""
 import hashlib, json
 from pathlib import Path
