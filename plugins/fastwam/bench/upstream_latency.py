@@ -99,7 +99,7 @@ def through_worker(files: dict, args) -> dict:
     return {"load_s": round(load_s, 1), "client": percentiles(client_ms), "model_in_worker": percentiles(model_ms),
             "gpu_memory_used_mb": memory, "chunk": list(pred.actions.shape), "finite": bool(np.isfinite(pred.actions).all()),
             "device": info.device, "identity": {k: info.details.get(k) for k in (
-                "upstream", "entry", "upstream_file", "weights_sha256", "text_cache", "num_inference_steps")}}
+                "upstream", "entry", "upstream_file", "checkpoint_sha256", "stats_sha256", "text_cache", "num_inference_steps")}}
 
 
 def direct(files: dict, args) -> dict:

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from wamcore import PredictRequest, wam_act
+from wamcore.artifacts import model_identity
 from wamcore.registry import Registry
 from wamcore.runtime import WorkerConfig, open_model
 
@@ -95,6 +96,7 @@ def main(args_path: str, out_path: str) -> None:
             record.update(
                 instruction=instruction,
                 details=model.info.details,
+                identity=model_identity(model.info, model.contract),
                 contract={"chunk_size": model.contract.chunk_size, "horizon": model.contract.horizon,
                           "action_dim": model.contract.action_dim},
                 act={"chunks": act.chunks, "steps": act.steps, "stop_reason": act.stop_reason},

@@ -15,6 +15,7 @@ tests fail: the driver cannot start the worker.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import re
@@ -77,7 +78,10 @@ def test_real_fastwam_drives_robotwin_through_a_spawned_worker(run):
     # generated random weights, marked as such, conditioned through the text cache
     assert details["random_test_weights"]["random"] is True
     assert details["random_test_weights"]["fastwam_overrides"] == details["fastwam_overrides"]
-    assert set(details["weights_sha256"]) == {"random_fastwam_robotwin.pt", "random_fastwam_robotwin_dataset_stats.json"}
+    weights = Path(run["weights"])
+    assert details["checkpoint_sha256"] == hashlib.sha256((weights / "random_fastwam_robotwin.pt").read_bytes()).hexdigest()
+    pins = run["identity"]["pins"]  # what wam eval --resume and the artifact cache compare
+    assert {"checkpoint_sha256", "stats_sha256", "fastwam_overrides_sha256", "text_cache.sha256"} <= set(pins)
     assert details["text_encoder"] == "text-cache" and details["text_cache"]["entries"] == 1
     assert (Path(run["weights"]) / "text_cache" / entry_name(prompt_for(run["instruction"]))).is_file()
     # the declared contract: 32x14 predicted (the worker refuses any other shape), 8 executed (--replan-steps)

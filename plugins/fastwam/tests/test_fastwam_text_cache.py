@@ -170,7 +170,13 @@ def test_text_cache_and_overrides_reach_the_official_loader(robotwin_checkpoint,
     details = service.info.details
     assert details["text_encoder"] == "text-cache" and details["text_cache"]["entries"] == 1
     assert details["fastwam_overrides"] == ["model.num_layers=2"] and details["random_test_weights"] is None
-    assert set(details["weights_sha256"]) == {"robotwin_uncond_3cam_384.pt", "robotwin_uncond_3cam_384_dataset_stats.json"}
+    assert len(details["checkpoint_sha256"]) == len(details["stats_sha256"]) == 64
+    other = ModelService(MODEL, ModelConfig(platform="robotwin", checkpoint=str(robotwin_checkpoint),
+                                            options={**options, "fastwam_override": ("model.num_layers=3",)}))
+    from wamcore.artifacts import model_identity
+
+    assert model_identity(other.info)["pins"]["fastwam_overrides_sha256"] != model_identity(service.info)["pins"][
+        "fastwam_overrides_sha256"]
 
 
 def test_a_checkpoint_of_another_depth_is_refused(robotwin_checkpoint, fake_upstream, tmp_path):

@@ -117,6 +117,10 @@ def test_weights_command(out, layers, width, seed, instructions, dtype, device, 
                     device=device, dtype=dtype, text_encoder=text_encoder)
     for key, value in made.items():
         click.echo(f"{key}: {value}")
+    flags = " ".join(f"--fastwam-override {o}" for o in made["fastwam_overrides"].split())
+    click.echo(f"serve with: DIFFSYNTH_MODEL_BASE_PATH={made['diffsynth_model_base_path']} DIFFSYNTH_SKIP_DOWNLOAD=true "
+               f"wam run --platform robotwin --am-backend fast-wam --am-checkpoint {made['checkpoint']} "
+               + (f"--text-cache {made['text_cache']} " if not text_encoder else "") + flags)
 
 
 @hookimpl

@@ -18,7 +18,9 @@ torch, RLinf, FastWAM, Hydra and OmegaConf are imported only here, inside functi
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 import os
 from pathlib import Path
 from typing import Any, Optional
@@ -262,7 +264,10 @@ def load_robotwin(config: ModelConfig) -> RoboTwinModel:
     native.details.update({
         "entry": f"{type(model).__module__}.{type(model).__qualname__}.infer_action",
         "upstream_file": inspect.getfile(type(model)),  # the module infer_action is defined in
-        "weights_sha256": {p.name: sha256_file(p) for p in (checkpoint, stats_path)},
+        # top-level *_sha256 keys: the model identity (wamcore.artifacts) pins them
+        "checkpoint_sha256": sha256_file(checkpoint),
+        "stats_sha256": sha256_file(stats_path),
+        "fastwam_overrides_sha256": hashlib.sha256(json.dumps(list(settings.overrides)).encode()).hexdigest(),
         "text_encoder": "text-cache" if text is not None else "umt5-xxl",
         "text_cache": text.identity if text is not None else None,
         "fastwam_overrides": list(settings.overrides),
@@ -291,8 +296,6 @@ def _check_architecture(payload: Any, model: Any, checkpoint: Path, settings: Ro
 
 def _random_marker(checkpoint: Path) -> Optional[dict]:
     """The generator's record when these are generated random weights (never real ones)."""
-    import json
-
     marker = checkpoint.parent / RANDOM_MARKER
     return json.loads(marker.read_text()) if marker.is_file() else None
 
