@@ -26,11 +26,13 @@ ROBOTWIN_ONLY = {
     "action_horizon": "action_horizon",
     "num_inference_steps": "num_inference_steps",
     "fastwam_config_dir": "fastwam.config_dir",
+    "fastwam_override": "fastwam.overrides",
+    "text_cache": "(none: RoboTwin only, RLinf's FastWAMPolicy loads its own text encoder)",
 }
 
 
 def _refuse_robotwin_options(config: ModelConfig) -> None:
-    given = [k for k in ROBOTWIN_ONLY if config.options.get(k) is not None]
+    given = [k for k in ROBOTWIN_ONLY if config.options.get(k) not in (None, (), [])]
     if given:
         moves = ", ".join(f"--{k.replace('_', '-')} -> {ROBOTWIN_ONLY[k]}" for k in given)
         raise ConfigurationError(

@@ -3,6 +3,7 @@ with ``--am-checkpoint``, the deployment's files against their pins.
 
 ``--am-checkpoint`` ending in ``.yaml``/``.yml`` is checked as the LIBERO RLinf model YAML;
 anything else as a RoboTwin checkpoint (``.pt`` or a folder holding the released one).
+``--am-option text_cache=DIR`` adds a row for the text-embedding cache folder.
 Nothing heavy is imported: presence via ``find_spec``, revisions from git metadata.
 """
 
@@ -26,6 +27,7 @@ from .checkpoint_files import (
 from .normalization import load_dataset_stats
 from .rlinf_config import load_rlinf_config
 from .robotwin import ACTION_DIM as ROBOTWIN_DIM
+from .text_cache import TextCache
 
 NAME = "model fast-wam"
 
@@ -59,6 +61,18 @@ def doctor_checks(options: Mapping[str, Any]) -> Iterator[DoctorCheck]:
         yield DoctorCheck(f"{NAME}: {pin.name} revision", ok, detail, "" if ok else pin.install, level="warning")
     if checkpoint:
         yield from _checkpoint_checks(str(checkpoint), bool(options.get("verify_hashes")))
+    if options.get("text_cache"):  # --am-option text_cache=DIR
+        yield _text_cache_check(str(options["text_cache"]))
+
+
+def _text_cache_check(folder: str) -> DoctorCheck:
+    """The ``--text-cache`` folder: entries present (hashed; nothing is loaded)."""
+    try:
+        identity = TextCache(folder).identity
+    except WamError as exc:
+        return DoctorCheck(f"{NAME}: text cache", False, str(exc))  # the message says how to make entries
+    return DoctorCheck(f"{NAME}: text cache", True, f"{identity['entries']} entries in {folder} (sha256 "
+                       f"{identity['sha256'][:12]}); the UMT5-XXL is not loaded, an instruction without an entry is an error")
 
 
 def _checkpoint_checks(checkpoint: str, verify_hashes: bool) -> Iterator[DoctorCheck]:

@@ -6,6 +6,8 @@ yuantianyuan01/FastWAM at 45d8e14 (``experiments/``, ``configs/``).
 
 from __future__ import annotations
 
+import click
+
 from wamcore import Capabilities, ModelSpec, Option, Requirement, hookimpl
 
 from . import upstream
@@ -34,6 +36,20 @@ OPTIONS = (
         "num-inference-steps",
         type="int",
         help=f"RoboTwin: flow-matching denoising steps [default: {DEFAULT_INFERENCE_STEPS}].",
+    ),
+    Option(
+        "text-cache",
+        type="path",
+        help="RoboTwin: FastWAM's text-embedding cache folder (<sha256(prompt)>.t5_len128.wan22ti2v5b.pt, written by "
+        "its scripts/precompute_text_embeds.py); the model is then built without the UMT5-XXL encoder (about 11 GB "
+        "less) and an instruction without an entry is an error.",
+    ),
+    Option(
+        "fastwam-override",
+        type="str",
+        multiple=True,
+        help="RoboTwin: a Hydra override of FastWAM's sim_robotwin config (repeatable), e.g. "
+        "model.video_dit_config.num_layers=2 for weights of another architecture (wam fastwam-test-weights prints them).",
     ),
     Option(
         "fastwam-config-dir",
@@ -72,3 +88,41 @@ MODEL = ModelSpec(
 @hookimpl
 def wam_register_models(register):
     register(MODEL)
+
+
+@click.command(name="fastwam-test-weights")
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--layers", type=int, default=2, show_default=True, help="Depth of both experts; 0: full size (30).")
+@click.option("--width", type=int, default=256, show_default=True,
+              help="Width of both experts (a multiple of 128); 0: full size (3072 video, 1024 action).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--instruction", "instructions", multiple=True,
+              help="Write a random text-cache entry for this RoboTwin instruction (repeatable).")
+@click.option("--dtype", type=click.Choice(["bfloat16", "float32"]), default="bfloat16", show_default=True)
+@click.option("--device", default="cpu", show_default=True, help="Where the modules are built (cuda for full size).")
+@click.option("--fastwam-config-dir", type=click.Path(file_okay=False), default=None)
+@click.option("--text-encoder", is_flag=True,
+              help="Also write the full-size UMT5-XXL encoder (11.4 GB, bf16; use --device cuda) and a tokenizer "
+                   "folder, to serve without --text-cache.")
+def test_weights_command(out, layers, width, seed, instructions, dtype, device, fastwam_config_dir, text_encoder):
+    """Generate RANDOM Fast-WAM RoboTwin weights in OUT from upstream's own classes (tests, benchmarks).
+
+    Never real weights: the checkpoint is named random_*, OUT holds a marker file, which the
+    worker reports in the model's identity. Needs FastWAM, Hydra and torch here. Serve them with
+    DIFFSYNTH_MODEL_BASE_PATH=OUT/diffsynth DIFFSYNTH_SKIP_DOWNLOAD=true and the printed
+    --fastwam-override and --text-cache options."""
+    from .testweights import generate
+
+    made = generate(out, layers=layers, width=width, seed=seed, instructions=instructions, config_dir=fastwam_config_dir,
+                    device=device, dtype=dtype, text_encoder=text_encoder)
+    for key, value in made.items():
+        click.echo(f"{key}: {value}")
+    flags = " ".join(f"--fastwam-override {o}" for o in made["fastwam_overrides"].split())
+    click.echo(f"serve with: DIFFSYNTH_MODEL_BASE_PATH={made['diffsynth_model_base_path']} DIFFSYNTH_SKIP_DOWNLOAD=true "
+               f"wam run --platform robotwin --am-backend fast-wam --am-checkpoint {made['checkpoint']} "
+               + (f"--text-cache {made['text_cache']} " if not text_encoder else "") + flags)
+
+
+@hookimpl
+def wam_register_commands(cli):
+    cli.add_command(test_weights_command)

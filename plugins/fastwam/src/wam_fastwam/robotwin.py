@@ -52,6 +52,10 @@ class RoboTwinSettings:
     config_dir: Optional[str] = None
     dataset_stats: Optional[str] = None
     pins: Optional[str] = None
+    #: ``--text-cache``: upstream's text-embedding folder instead of the UMT5-XXL encoder
+    text_cache: Optional[str] = None
+    #: ``--fastwam-override``: Hydra overrides of ``sim_robotwin`` (architecture of generated weights)
+    overrides: tuple = ()
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> "RoboTwinSettings":
@@ -79,6 +83,11 @@ class RoboTwinSettings:
                 f"--replan-steps {values['replan_steps']} exceeds the action horizon {values['action_horizon']}: "
                 "only predicted actions can be executed"
             )
+        overrides = options.get("fastwam_override") or ()
+        overrides = (overrides,) if isinstance(overrides, str) else tuple(overrides)
+        for item in overrides:
+            if not isinstance(item, str) or "=" not in item:
+                problems.append(f"--fastwam-override must be a Hydra override KEY=VALUE, got {item!r}")
         if problems:
             raise ConfigurationError("Fast-WAM on RoboTwin: " + "; ".join(problems))
         return cls(
@@ -86,6 +95,8 @@ class RoboTwinSettings:
             config_dir=options.get("fastwam_config_dir"),
             dataset_stats=options.get("dataset_stats"),
             pins=options.get("am_pins"),
+            text_cache=options.get("text_cache"),
+            overrides=overrides,
         )
 
 

@@ -7,7 +7,9 @@
   Hydra-compose ``sim_robotwin``, instantiate ``cfg.model`` with the text encoder, load the
   checkpoint; each prediction is one ``model.infer_action(...)`` call with the composed image
   scaled to [-1, 1] at the model's dtype and the z-scored state, its output restored with the
-  same stats.
+  same stats. With ``--text-cache DIR`` the model is built without the text encoder and
+  ``infer_action`` gets the instruction's precomputed ``context``/``context_mask`` from
+  upstream's text-embedding cache (``wam_fastwam.text_cache``) instead of the prompt.
 
 Start-up order: the configuration, then the files (existence and pinned hashes), then the
 upstream packages, then the weights. Each failure is a typed error that says what to do.
@@ -16,15 +18,18 @@ torch, RLinf, FastWAM, Hydra and OmegaConf are imported only here, inside functi
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 import os
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 
+from wamcore.checkpoints import sha256_file
 from wamcore.contracts import PredictRequest
-from wamcore.errors import ConfigurationError, PredictionError, WamError
+from wamcore.errors import CheckpointError, ConfigurationError, PredictionError, WamError
 from wamcore.specs import ModelConfig, normalize_id
 
 from . import upstream
@@ -33,8 +38,13 @@ from .normalization import DatasetStats, load_dataset_stats
 from .rlinf_config import load_rlinf_config
 from .robotwin import ACTION_DIM as ROBOTWIN_DIM
 from .robotwin import DEFAULT_CONFIG_NAME, RoboTwinSettings
+from .text_cache import PROMPT_TEMPLATE, TextCache
 
 FASTWAM_CONFIG_ENV = "FASTWAM_CONFIG_DIR"
+#: a marker the test-weight generator writes beside what it generates (``testweights``)
+RANDOM_MARKER = "FASTWAM_RANDOM_TEST_WEIGHTS.json"
+#: the upstream call each RoboTwin prediction makes
+ROBOTWIN_ENTRY = "fastwam.models.wan22.fastwam.FastWAM.infer_action"
 
 
 def load(config: ModelConfig):
@@ -127,11 +137,13 @@ class RoboTwinModel:
         prompt_template: str,
         num_video_frames: int,
         checkpoint: str,
+        text: Optional[TextCache] = None,
     ):
         self.model = model
         self.stats = stats
         self.settings = settings
         self.prompt_template = prompt_template
+        self.text = text
         self.num_video_frames = int(num_video_frames)
         self.checkpoint = checkpoint
         self._takes_video_frames = "num_video_frames" in inspect.signature(model.infer_action).parameters
@@ -147,8 +159,13 @@ class RoboTwinModel:
     def predict_native(self, native: dict, request: PredictRequest) -> np.ndarray:
         import torch
 
+        if self.text is not None:  # upstream's cached T5 embedding instead of the prompt
+            context, context_mask = self.text.context(native["instruction"])
+            text = {"prompt": None, "context": context, "context_mask": context_mask}
+        else:
+            text = {"prompt": self.prompt_template.format(task=native["instruction"])}
         kwargs = {
-            "prompt": self.prompt_template.format(task=native["instruction"]),
+            **text,
             "input_image": model_image(native["image"], self.model.device, self.model.torch_dtype),
             "action_horizon": self.settings.action_horizon,
             "proprio": torch.from_numpy(self.stats.state.normalize(native["state"])[None]),
@@ -203,10 +220,10 @@ def load_robotwin(config: ModelConfig) -> RoboTwinModel:
     stats_path = find_dataset_stats(checkpoint, explicit)
     verify_files([checkpoint, stats_path], deployment_pins(settings.pins))
     stats = load_dataset_stats(stats_path, dim=ROBOTWIN_DIM)
+    text = TextCache(settings.text_cache) if settings.text_cache else None
     upstream.require(upstream.ROBOTWIN_STACK, upstream.ROBOTWIN_MODULES, "Fast-WAM on RoboTwin (official FastWAM path)")
 
     import torch
-    from fastwam.datasets.lerobot.robot_video_dataset import DEFAULT_PROMPT
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.utils import instantiate
@@ -215,26 +232,77 @@ def load_robotwin(config: ModelConfig) -> RoboTwinModel:
     config_dir = fastwam_config_dir(settings.config_dir)
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=str(config_dir.resolve())):
-        cfg = compose(config_name=DEFAULT_CONFIG_NAME)
+    try:
+        with initialize_config_dir(version_base="1.3", config_dir=str(config_dir.resolve())):
+            cfg = compose(config_name=DEFAULT_CONFIG_NAME, overrides=list(settings.overrides))
+    except Exception as exc:  # Hydra's own errors: an override naming no key, a bad value
+        if not settings.overrides or type(exc).__module__.split(".")[0] not in ("hydra", "omegaconf"):
+            raise
+        raise ConfigurationError(f"--fastwam-override {' '.join(settings.overrides)}: {exc}") from exc
     model_cfg = OmegaConf.create(OmegaConf.to_container(cfg.model, resolve=True))
-    model_cfg.load_text_encoder = True
+    # upstream's deployment loads the UMT5-XXL encoder; with --text-cache the cache replaces it
+    model_cfg.load_text_encoder = text is None
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = instantiate(model_cfg, model_dtype=torch.bfloat16, device=device)
-    model.load_checkpoint(str(checkpoint))
+    with upstream.weights_only_loads():
+        try:
+            payload = model.load_checkpoint(str(checkpoint))
+        except RuntimeError as exc:  # load_state_dict: tensors of another shape
+            raise CheckpointError(f"{checkpoint} does not fit the model composed from {DEFAULT_CONFIG_NAME}: {exc}") from exc
+    _check_architecture(payload, model, checkpoint, settings)
     model = model.to(device).eval()
     train = cfg.data.train
-    return RoboTwinModel(
+    native = RoboTwinModel(
         model,
         stats,
         settings,
-        prompt_template=DEFAULT_PROMPT,
+        prompt_template=PROMPT_TEMPLATE,
         num_video_frames=(int(train.num_frames) - 1) // int(train.action_video_freq_ratio) + 1,
         checkpoint=str(checkpoint),
+        text=text,
     )
+    native.details.update({
+        "entry": f"{type(model).__module__}.{type(model).__qualname__}.infer_action",
+        "upstream_file": inspect.getfile(type(model)),  # the module infer_action is defined in
+        # top-level *_sha256 keys: the model identity (wamcore.artifacts) pins them
+        "checkpoint_sha256": sha256_file(checkpoint),
+        "stats_sha256": sha256_file(stats_path),
+        "fastwam_overrides_sha256": hashlib.sha256(json.dumps(list(settings.overrides)).encode()).hexdigest(),
+        "text_encoder": "text-cache" if text is not None else "umt5-xxl",
+        "text_cache": text.identity if text is not None else None,
+        "fastwam_overrides": list(settings.overrides),
+        "random_test_weights": _random_marker(checkpoint),
+    })
+    native.device = str(device)
+    return native
+
+
+def _check_architecture(payload: Any, model: Any, checkpoint: Path, settings: RoboTwinSettings) -> None:
+    """FastWAM loads ``mot`` with ``strict=False``: a checkpoint of another depth would leave
+    layers random without a word. Refuse any missing or unexpected tensor instead."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("mot"), dict) or not hasattr(model, "mot"):
+        return
+    have, want = set(payload["mot"]), set(model.mot.state_dict())
+    missing, unexpected = sorted(want - have), sorted(have - want)
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{checkpoint} does not match the architecture composed from {DEFAULT_CONFIG_NAME}"
+            f"{' with ' + ' '.join(settings.overrides) if settings.overrides else ''}: "
+            f"{len(missing)} model tensors not in it (e.g. {missing[:2]}), {len(unexpected)} of its tensors not in "
+            f"the model (e.g. {unexpected[:2]}). Pass the --fastwam-override options it was made with (generated "
+            f"test weights: see {RANDOM_MARKER} beside it)"
+        )
+
+
+def _random_marker(checkpoint: Path) -> Optional[dict]:
+    """The generator's record when these are generated random weights (never real ones)."""
+    marker = checkpoint.parent / RANDOM_MARKER
+    return json.loads(marker.read_text()) if marker.is_file() else None
 
 
 __all__ = [
+    "RANDOM_MARKER",
+    "ROBOTWIN_ENTRY",
     "load",
     "load_libero",
     "load_robotwin",
