@@ -91,6 +91,19 @@ def test_the_identity_holds_what_decides_outputs(counted):
     assert identity_digest(model_identity(other, model.contract)) != identity_digest(identity)
 
 
+def test_the_identity_keeps_hash_tables_and_repeated_options():
+    from wamcore.specs import Option
+
+    spec = attrs.evolve(POINTMASS_WAM, options=POINTMASS_WAM.options + (Option("override", multiple=True),))
+    service = ModelService(spec, ModelConfig(platform="pointmass", options={"override": ("a=1", "b=2")}))
+    info = attrs.evolve(service.info, details={**service.info.details, "weights_sha256": {"dit.pt": "1" * 64}})
+    identity = model_identity(info)
+    assert identity["options"]["override"] == ["a=1", "b=2"]  # a repeated option decides outputs too
+    assert identity["pins"]["weights_sha256"] == {"dit.pt": "1" * 64}  # a table of hashes, kept whole
+    other = attrs.evolve(info, details={**info.details, "weights_sha256": {"dit.pt": "2" * 64}})
+    assert identity_digest(model_identity(other)) != identity_digest(identity)
+
+
 def test_a_modified_or_misfiled_artifact_is_refused_and_collected(counted, tmp_path):
     model, calls = counted
     store = ArtifactStore(tmp_path)

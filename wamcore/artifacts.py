@@ -55,10 +55,10 @@ def _pins(details: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
         path = f"{prefix}{key}"
         if key == "worker":
             continue
-        if isinstance(value, Mapping):
+        if key.endswith("sha256") or (not prefix and key in IDENTITY_DETAILS):
+            out[path] = value  # a mapping of them too (``weights_sha256: {file: hash}``)
+        elif isinstance(value, Mapping):
             out.update(_pins(value, path + "."))
-        elif key.endswith("sha256") or (not prefix and key in IDENTITY_DETAILS):
-            out[path] = value
     return out
 
 

@@ -46,6 +46,21 @@ def _declared_batch(native: Any) -> int:
     return batch
 
 
+_SCALARS = (str, int, float, bool)
+
+
+def _plain_options(options: Mapping[str, Any]) -> dict:
+    """The options as JSON scalars, and lists of them (``Option(multiple=True)``): what the
+    model identity records."""
+    out = {}
+    for key, value in options.items():
+        if isinstance(value, _SCALARS):
+            out[key] = value
+        elif isinstance(value, (list, tuple)) and all(isinstance(v, _SCALARS) for v in value):
+            out[key] = list(value)
+    return out
+
+
 class ModelService:
     """A loaded model serving one platform through its adapter."""
 
@@ -74,7 +89,7 @@ class ModelService:
             device=getattr(self.native, "device", None),
             details={
                 "predict_future": config.predict_future,
-                "options": {k: v for k, v in config.options.items() if isinstance(v, (str, int, float, bool))},
+                "options": _plain_options(config.options),
                 "neutral_options": sorted(o.dest for o in self.spec.options if not o.identity),
                 **dict(getattr(self.native, "details", None) or {}),
             },
