@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device call: Fast-WAM RoboTwin at full size on one H200, random weights generated there
 # (plugins/fastwam/bench/upstream_latency.py). Carry .whl-fastwam, filled here by:
-#     mkdir -p .whl-fastwam && cp ../shared/upstream/fastwam-45d8e14.tar.gz .whl-fastwam/
+#     mkdir -p .whl-fastwam && cp "$WAMCORE_UPSTREAM_DIR/fastwam-45d8e14.tar.gz" .whl-fastwam/   # FastWAM 45d8e14 source
 #     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #         --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl-fastwam \
 #         hydra-core==1.3.2 omegaconf==2.3.0 boto3 botocore s3transfer jmespath termcolor pyzmq==27.3.0

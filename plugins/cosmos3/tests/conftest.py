@@ -1,7 +1,8 @@
 """A stand-in SGLang server for the Cosmos3 tests: real sockets, the documented protocol.
 
-It implements what a Cosmos3 action server exposes (../shared/reference/sglang_cosmos3.md
-§2-3): ``POST /v1/actions/generations`` with a msgpack body in and a msgpack envelope out,
+It implements what a Cosmos3 action server exposes (sgl-project/sglang,
+``python/sglang/multimodal_gen/``; docs/models/cosmos3.md): ``POST /v1/actions/generations``
+with a msgpack body in and a msgpack envelope out,
 numpy arrays packed as SGLang packs them (a map with *bin* keys ``__ndarray__``, ``data``,
 ``dtype``, ``shape``; written here independently of the plugin's decoder), SGLang's request
 validation and status codes (400 ``{"detail"}`` JSON for a bad request), and the identity
