@@ -19,10 +19,12 @@ exactly the bytes it returns.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import pickle
 from pathlib import Path
-from typing import Dict, Mapping, Optional, Union
+from typing import Dict, Iterator, Mapping, Optional, Union
 
 import attrs
 
@@ -124,4 +126,30 @@ def write_pins(path: Union[str, Path], files: Mapping[str, Union[str, Path]], so
     return pins
 
 
-__all__ = ["Pins", "sha256_file", "read_verified", "verify_directory", "write_pins"]
+@contextlib.contextmanager
+def weights_only_loads() -> Iterator[None]:
+    """Within the block, ``torch.load`` loads tensors and plain containers only: for upstream
+    loaders that call it with the default, unsafe before torch 2.6 (StarWAM, FastWAM). torch
+    is imported only here."""
+    import torch
+
+    original = torch.load
+
+    def load(*args, **kwargs):
+        kwargs["weights_only"] = True
+        try:
+            return original(*args, **kwargs)
+        except pickle.UnpicklingError as exc:
+            path = args[0] if args else kwargs.get("f")
+            raise CheckpointError(
+                f"{path}: refused, it is not a plain tensor file (loaded with weights_only=True): {exc}"
+            ) from exc
+
+    torch.load = load
+    try:
+        yield
+    finally:
+        torch.load = original
+
+__all__ = [
+    "weights_only_loads","Pins", "sha256_file", "read_verified", "verify_directory", "write_pins"]

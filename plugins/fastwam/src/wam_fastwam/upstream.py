@@ -17,16 +17,15 @@ installed revision from the checkout's git metadata (both are editable installs 
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import pickle
 import subprocess
 from pathlib import Path
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Optional
 
 import attrs
 
-from wamcore.errors import CheckpointError, DependencyNotInstalled
+from wamcore.checkpoints import weights_only_loads  # FastWAM's load_checkpoint runs inside it
+from wamcore.errors import DependencyNotInstalled
 
 
 @attrs.frozen
@@ -135,31 +134,6 @@ def installed_revision(module: str) -> Optional[str]:
 
 def revision_matches(installed: Optional[str], pinned: str) -> bool:
     return installed is not None and installed.startswith(pinned)
-
-
-@contextlib.contextmanager
-def weights_only_loads() -> Iterator[None]:
-    """Within the block, ``torch.load`` loads tensors and plain containers only (FastWAM's
-    ``load_checkpoint`` calls it with the default, which is unsafe before torch 2.6)."""
-    import torch
-
-    original = torch.load
-
-    def load(*args, **kwargs):
-        kwargs["weights_only"] = True
-        try:
-            return original(*args, **kwargs)
-        except pickle.UnpicklingError as exc:
-            path = args[0] if args else kwargs.get("f")
-            raise CheckpointError(
-                f"{path}: refused, it is not a plain tensor file (loaded with weights_only=True): {exc}"
-            ) from exc
-
-    torch.load = load
-    try:
-        yield
-    finally:
-        torch.load = original
 
 
 __all__ = [

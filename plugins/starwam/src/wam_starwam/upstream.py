@@ -23,14 +23,13 @@ code is refused.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
-import pickle
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
-from wamcore.errors import CheckpointError, ConfigurationError, DependencyNotInstalled
+from wamcore.checkpoints import weights_only_loads
+from wamcore.errors import ConfigurationError, DependencyNotInstalled
 
 REPOSITORY = "https://github.com/shaohua-pan/StarWAM"
 LIBERO_REVISION = "f6c771fc3be0a9bc271ea4f1531d8ea35efb0ec7"
@@ -87,30 +86,6 @@ def checkout_root(explicit: Optional[str] = None) -> Path:
             f"${ROOT_ENV} to the checkout, or install it editable: {INSTALL}"
         )
     return root
-
-
-@contextlib.contextmanager
-def weights_only_loads() -> Iterator[None]:
-    """Within the block, ``torch.load`` loads tensors and plain containers only."""
-    import torch
-
-    original = torch.load
-
-    def load(*args, **kwargs):
-        kwargs["weights_only"] = True
-        try:
-            return original(*args, **kwargs)
-        except pickle.UnpicklingError as exc:
-            path = args[0] if args else kwargs.get("f")
-            raise CheckpointError(
-                f"{path}: refused, it is not a plain tensor file (loaded with weights_only=True): {exc}"
-            ) from exc
-
-    torch.load = load
-    try:
-        yield
-    finally:
-        torch.load = original
 
 
 __all__ = [
