@@ -69,6 +69,21 @@ def test_the_real_server_in_the_worker_follows_the_client_loop(service, platform
     assert service.info.device == "cpu"
 
 
+def test_a_request_seed_makes_the_real_servers_episodes_reproducible(service, platform):
+    model = LocalModel(service, session="seeded").bind(platform, options={"control": ACTION_SPACE})
+
+    def episode(request_seed):
+        try:
+            return run(model, 5, request_seed=request_seed)[1]  # two chunks
+        finally:
+            model.reset()
+
+    first, again, other = episode(11), episode(11), episode(12)
+    np.testing.assert_array_equal(first, again)
+    assert not np.allclose(first, other)
+    assert "manual_seed" in service.info.details["noise"]
+
+
 def test_the_real_server_behind_upstreams_websocket_server(service, platform):
     va_server = service.native.server
     server = UpstreamWebsocketServer(va_server)

@@ -16,7 +16,7 @@ import wam_lingbot_va.plugin as lingbot
 import wam_robotwin.plugin as robotwin
 from wam_lingbot_va.remote import WebsocketServer
 from wam_lingbot_va.robotwin import ACTION_SPACE, CAMERAS
-from wam_lingbot_va.session import LingbotModel
+from wam_lingbot_va.session import LingbotModel, chunk_seed
 
 from lingbot_standins import PINNED, StandInServer, UpstreamWebsocketServer, expected_rows
 
@@ -62,12 +62,12 @@ def client(native, platform, session="a"):
     return LocalModel(service, session=session).bind(platform, options={"control": ACTION_SPACE})
 
 
-def run(model, n: int, *, first_step: int = 0, seed: int = 0, instruction: str = PROMPT):
+def run(model, n: int, *, first_step: int = 0, seed: int = 0, instruction: str = PROMPT, request_seed=None):
     observations, actions = [], []
     for k in range(n):
         obs = observation(first_step + 4 * k, seed * 1000 + k, instruction)
         observations.append(obs)
-        actions.append(model.predict(PredictRequest(observation=obs)).actions)
+        actions.append(model.predict(PredictRequest(observation=obs, seed=request_seed)).actions)
     return observations, np.concatenate(actions)
 
 
@@ -90,6 +90,19 @@ def test_three_chunks_follow_the_upstream_client_loop(deployment, platform):
     for frame, obs in zip(sent, observations[1:13], strict=True):
         np.testing.assert_array_equal(frame, obs.images["left_wrist"])
     np.testing.assert_array_equal(standin.keyframes[0][0]["observation.state"], observations[1].state["joint_targets"])
+
+
+def test_a_request_seed_seeds_the_noise_before_every_chunk(platform):
+    seeds = []
+    native = LingbotModel(StandInServer(seed=3), seed_noise=seeds.append)
+    model = client(native, platform)
+    run(model, 9, request_seed=2**63 - 1)  # 16 + 32 actions: two chunks
+    model.reset()
+    run(model, 5, request_seed=8)
+    model.reset()
+    run(model, 5)  # unseeded: the server draws freely
+    assert seeds == [chunk_seed(2**63 - 1, 0), chunk_seed(2**63 - 1, 1), chunk_seed(8, 0), chunk_seed(8, 1)]
+    assert len(set(seeds)) == 4 and all(0 <= s < 2**63 for s in seeds)
 
 
 def test_two_sessions_never_share_the_servers_episode(deployment, platform):

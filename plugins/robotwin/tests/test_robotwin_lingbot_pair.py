@@ -116,15 +116,21 @@ def test_the_real_server_in_a_spawned_worker_drives_robotwin(tmp_path, robotwin_
     try:
         env = platform.create(**options, control=model.control.action_space)
         try:
-            result = run_episode(model, env, reset={"seed": 0}, platform="robotwin")
+            result = run_episode(model, env, reset={"seed": 0}, seed=0, platform="robotwin")
             sent = [c[1] for c in env.task.calls if c[0] == "take_action"]
+            solved = env.task.eval_success
         finally:
             env.close()
         details = model.info.details
     finally:
         model.close()
-    assert (result.stop_reason, result.steps, result.chunks) == ("budget_exhausted", 24, 6)
-    assert len(sent) == 24 and {c["action_type"] for c in sent} == {"ee"}
+    # random weights can solve the stand-in task by chance; the episode ends as the simulator says
+    if solved:
+        assert result.stop_reason == "native_success" and result.success and result.steps <= 24
+    else:
+        assert (result.stop_reason, result.steps) == ("budget_exhausted", 24)
+    assert result.chunks == -(-result.steps // 4)
+    assert len(sent) == result.steps and {c["action_type"] for c in sent} == {"ee"}
     poses = np.array([c["action"] for c in sent])
     assert np.isfinite(poses).all()
     np.testing.assert_allclose(np.linalg.norm(poses[:, 3:7], axis=1), 1.0, atol=1e-6)

@@ -23,7 +23,7 @@ closed); another session's request meanwhile is refused, never interleaved.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import attrs
 import numpy as np
@@ -53,6 +53,12 @@ class Episode:
     keyframes: List[dict] = attrs.field(factory=list)
     chunks: int = 0
     broken: Optional[str] = None
+    seed: Optional[int] = None  # the request's: each chunk's noise is drawn from (seed, chunk index)
+
+
+def chunk_seed(seed: int, chunk: int) -> int:
+    """A 63-bit seed for chunk ``chunk`` of an episode seeded ``seed`` (validated: 0 <= seed < 2**63)."""
+    return int(np.random.SeedSequence([seed, chunk]).generate_state(1, np.uint64)[0] >> 1)
 
 
 def reset_request(prompt: str) -> dict:
@@ -71,12 +77,18 @@ def kv_request(keyframes: List[dict], chunk: np.ndarray) -> dict:
 
 class LingbotModel:
     """The native model: the client loop in front of a server (``server.infer(dict) -> dict``:
-    upstream's ``VA_Server`` in this process, or a running websocket server)."""
+    upstream's ``VA_Server`` in this process, or a running websocket server).
+
+    ``seed_noise(n)`` seeds the generator the server draws its noise from (``torch.manual_seed``
+    for the in-process server: ``VA_Server`` samples with the global one); with it, a request
+    seed makes an episode's chunks reproducible. A remote server draws its own noise."""
 
     uses_sessions = True
 
-    def __init__(self, server: Any, *, details: Optional[dict] = None, device: Optional[str] = None):
+    def __init__(self, server: Any, *, details: Optional[dict] = None, device: Optional[str] = None,
+                 seed_noise: Optional[Callable[[int], Any]] = None):
         self.server = server
+        self.seed_noise = seed_noise
         self.details = dict(details or {})
         self.device = device
         self.checkpoint = self.details.get("checkpoint")
@@ -114,7 +126,7 @@ class LingbotModel:
             raise ObservationError([f"{episode.broken}: the server no longer follows this episode; reset the model "
                                     "(a new episode) to go on"], context=CONTEXT)
         if episode is None or episode.prompt != native["prompt"]:
-            episode = self._start(session, native)
+            episode = self._start(session, native, request)
         else:
             if native["step"] != episode.next_step:
                 raise ObservationError([
@@ -133,12 +145,12 @@ class LingbotModel:
         episode.next_step = native["step"] + KEYFRAME_INTERVAL
         return np.stack(out)
 
-    def _start(self, session: str, native: dict) -> Episode:
+    def _start(self, session: str, native: dict, request: PredictRequest) -> Episode:
         """A new server episode: the client's reset with the prompt; this observation is the
         initial pose and the conditioning frame. A changed instruction starts one too (the
         server encodes the prompt at reset only)."""
         episode = Episode(prompt=native["prompt"], init=native["pose"], first_frame=native["frame"],
-                          next_step=native["step"])
+                          next_step=native["step"], seed=request.seed)
         self.episodes[session] = episode
         try:
             self.server.infer(reset_request(episode.prompt))
@@ -151,6 +163,8 @@ class LingbotModel:
         if episode.chunk is not None:  # the whole chunk ran: feed its keyframes and actions back
             self.server.infer(kv_request(episode.keyframes, episode.chunk))
             episode.keyframes = []
+        if episode.seed is not None and self.seed_noise is not None:
+            self.seed_noise(chunk_seed(episode.seed, episode.chunks))
         reply = self.server.infer(infer_request(episode.first_frame, episode.prompt))
         chunk = check_chunk(reply.get("action") if isinstance(reply, dict) else None)
         episode.rows = executed_rows(chunk, episode.init, first=episode.chunk is None)
@@ -163,4 +177,4 @@ class LingbotModel:
             close()
 
 
-__all__ = ["LingbotModel", "reset_request", "infer_request", "kv_request"]
+__all__ = ["LingbotModel", "chunk_seed", "reset_request", "infer_request", "kv_request"]

@@ -29,7 +29,8 @@ def load(config: ModelConfig) -> LingbotModel:
     details = {"upstream": upstream.LABEL, "config": upstream.CONFIG_NAME}
     if settings.server:
         server = WebsocketServer(*settings.server, timeout_s=settings.server_timeout)
-        details.update(deployment="websocket client", server=server.uri, server_metadata=server.metadata)
+        details.update(deployment="websocket client", server=server.uri, server_metadata=server.metadata,
+                       noise="drawn by the remote server (a request seed does not reach it)")
         return LingbotModel(server, details=details)
     folder = checkpoint.resolve(config.checkpoint, settings.am_pins)
     upstream.require(f"LingBot-VA's VA_Server ({upstream.REVISION})")
@@ -46,8 +47,9 @@ def load(config: ModelConfig) -> LingbotModel:
         num_inference_steps=job.num_inference_steps, action_num_inference_steps=job.action_num_inference_steps,
         guidance_scale=job.guidance_scale, action_guidance_scale=job.action_guidance_scale,
         dtype=str(job.param_dtype).replace("torch.", ""), random_test_weights=checkpoint.random_marker(folder),
+        noise="torch.manual_seed(chunk_seed(request seed, chunk)) before each chunk; unseeded requests draw freely",
     )
-    return LingbotModel(server, details=details, device=str(server.device))
+    return LingbotModel(server, details=details, device=str(server.device), seed_noise=torch.manual_seed)
 
 
 __all__ = ["load"]
