@@ -151,5 +151,5 @@ def weights_only_loads() -> Iterator[None]:
     finally:
         torch.load = original
 
-__all__ = [
-    "weights_only_loads","Pins", "sha256_file", "read_verified", "verify_directory", "write_pins"]
+
+__all__ = ["Pins", "sha256_file", "read_verified", "verify_directory", "write_pins", "weights_only_loads"]
