@@ -20,6 +20,7 @@ FAST_WAM_LIBERO = EvalProtocol(
     platform_options={
         "step_budgets": {"libero_spatial": 400, "libero_object": 400, "libero_goal": 400, "libero_10": 700,
                          "libero_90": 700},
+        "max_steps": None,  # the per-suite budgets apply; --max-steps N is recorded as an override
         "settle_steps": 30,
         "env_seed": 42,
         "episode_seeds": "fixed",

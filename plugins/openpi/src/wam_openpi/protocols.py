@@ -17,6 +17,7 @@ OPENPI_LIBERO = EvalProtocol(
     platform_options={
         "step_budgets": {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520,
                          "libero_90": 400},
+        "max_steps": None,  # the per-suite budgets apply; --max-steps N is recorded as an override
         "settle_steps": 10,
         "env_seed": 7,
         "episode_seeds": "fixed",
