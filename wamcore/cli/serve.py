@@ -27,6 +27,9 @@ def _serve_options() -> List[click.Option]:
         click.Option(["--protocol"], type=click.Choice(["wamcore", "openpi"]), default="wamcore", show_default=True,
                      help="wamcore: our ZeroMQ worker protocol (docs/workers.md); openpi: openpi's websocket policy "
                           "protocol, for openpi clients (docs/openpi.md; needs wamcore[openpi])."),
+        click.Option(["--default-prompt"], default=None, metavar="TEXT",
+                     help="--protocol openpi: the prompt of requests that carry none, as openpi's serve_policy.py "
+                          "--default_prompt (without one, such a request is refused, as openpi's policies do)."),
         click.Option(["--host"], default="127.0.0.1", show_default=True,
                      help="Address to bind. Anything but loopback needs --token."),
         click.Option(["--port"], type=click.IntRange(0, 65535), default=0, show_default=True,
@@ -98,11 +101,16 @@ def serve(ctx, **kwargs):
     deploy.update(typed_options(spec, _parse_am_options(kwargs.pop("am_option"))))
     config = ModelConfig(platform=platform, checkpoint=kwargs.pop("am_checkpoint"),
                          predict_future=kwargs.pop("predict_future"), options=deploy)
+    default_prompt = kwargs.pop("default_prompt")
     if kwargs.pop("protocol") == "openpi":
         _serve_openpi(ctx, spec, config, host=host, port=port, token=token, ready_file=kwargs.pop("ready_file"),
+                      default_prompt=default_prompt,
                       max_connections=kwargs.pop("max_sessions"),
                       max_message_bytes=int(kwargs.pop("max_message_mb") * (1 << 20)))
         return
+    if default_prompt is not None:
+        raise ConfigurationError("--default-prompt applies to --protocol openpi (wamcore requests always carry the "
+                                 "task's instruction)")
     service = ModelService(spec, config)
     rpc_server.serve(service, host=host, port=port, token=token, session_ttl_s=kwargs.pop("session_ttl"),
                      ready_file=kwargs.pop("ready_file"), aliases=spec.aliases,

@@ -41,7 +41,7 @@ from ..rpc.server import (DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_SESSIONS, check
                           remove_ready, stop_requested, worker_details, write_ready)
 from ..service import ModelService
 from . import codec
-from .layouts import Layout
+from .layouts import Layout, inject_default_prompt
 
 log = logging.getLogger("wamcore.openpi")
 
@@ -61,9 +61,10 @@ class OpenpiServer:
     """Serves one ModelService to openpi clients through ``layout``."""
 
     def __init__(self, service: ModelService, layout: Layout, *, token: Optional[str] = None,
-                 max_connections: int = DEFAULT_MAX_SESSIONS):
+                 max_connections: int = DEFAULT_MAX_SESSIONS, default_prompt: Optional[str] = None):
         self.service = service
         self.layout = layout
+        self.default_prompt = default_prompt
         self.contract = service.contract
         layout.check(self.contract)
         self.token = token or None
@@ -75,7 +76,7 @@ class OpenpiServer:
             "version": __version__, "backend": info.backend, "checkpoint": info.checkpoint,
             "platform": self.contract.platform, "layout": layout.name, "keys": layout.keys(self.contract),
             "action_space": self.contract.action_space, "action_dim": self.contract.action_dim,
-            "chunk_size": self.contract.chunk_size,
+            "chunk_size": self.contract.chunk_size, "default_prompt": default_prompt,
         }}
         self._metadata = codec.packb(self.metadata)
         self._model = ThreadPoolExecutor(1, thread_name_prefix="wamcore-model")  # one model call at a time
@@ -103,7 +104,8 @@ class OpenpiServer:
         t0 = time.monotonic()
         if not isinstance(message, bytes):
             raise ProtocolError("an openpi request is a binary msgpack frame, got a text frame")
-        observation = self.layout.observation(codec.unpackb(message), self.contract)
+        request = inject_default_prompt(codec.unpackb(message), self.default_prompt)
+        observation = self.layout.observation(request, self.contract)
         prediction: Prediction = self.service.predict(PredictRequest(observation), session=session)
         timing = {"infer_ms": (time.monotonic() - t0) * 1000.0}
         if prev_total_s is not None:
@@ -183,11 +185,11 @@ class OpenpiServer:
 
 def serve(service: ModelService, layout: Layout, *, host: str = "127.0.0.1", port: int = 0, token: Optional[str] = None,
           ready_file: Optional[str] = None, out: Optional[TextIO] = None, max_connections: int = DEFAULT_MAX_SESSIONS,
-          max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+          max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, default_prompt: Optional[str] = None) -> None:
     """What ``wam serve --protocol openpi`` runs: serve until stopped, then close the model."""
     check_bind(host, token)
     install_signal_handlers()
-    server = OpenpiServer(service, layout, token=token, max_connections=max_connections)
+    server = OpenpiServer(service, layout, token=token, max_connections=max_connections, default_prompt=default_prompt)
     try:
         asyncio.run(server.run(host, port, max_message_bytes=max_message_bytes,
                                out=out if out is not None else sys.stdout, ready_file=ready_file))
