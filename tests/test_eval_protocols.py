@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from wamcore import Option, hookimpl
 from wamcore.cli import cli
 from wamcore.errors import UnknownProtocolError
-from wamcore.eval_protocols import EvalProtocol
+from wamcore.eval_protocols import EvalProtocol, apply_protocol
 from wamcore.registry import Registry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -131,6 +131,18 @@ def test_another_models_options_are_not_applied_and_say_so(registry, tmp_path):
     config = json.loads((out / "config.json").read_text())
     assert config["protocol"]["not_applied"] == {"gain": {"protocol": 0.7, "why": "the model is 'line-p', not 'line-tuned'"}}
     assert config["protocol"]["values"] == {"seed": 5, "episodes": 3, "tolerance": 0.1}
+
+
+def test_model_options_cannot_be_set_on_a_running_worker_or_a_backend_not_installed_here():
+    kwargs = {"seed": 0}
+    args = dict(platform="line", backend="line-tuned", given=(), platform_options=["tolerance"], model_options=None,
+                endpoint=False)
+    applied = apply_protocol(PAPER, kwargs, **args)
+    assert applied.not_applied["gain"]["why"] == ("'line-tuned' is not installed here: install its plugin here, or "
+                                                 "pass --am-option gain=0.7")
+    assert kwargs == {"seed": 5, "episodes": 3, "tolerance": 0.1} and "gain" not in applied.values
+    borrowed = apply_protocol(PAPER, {}, **{**args, "model_options": ["gain"], "endpoint": True})
+    assert borrowed.not_applied["gain"]["why"] == "a running worker (--am-endpoint) keeps its own options"
 
 
 def test_unknown_protocol_and_protocol_of_another_platform_are_refused_before_anything_runs(registry, line_plugin, tmp_path):

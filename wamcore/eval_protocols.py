@@ -80,7 +80,7 @@ def apply_protocol(
     """Put the protocol's values into ``kwargs`` (a command's parsed options by dest) where the
     user gave none. ``given``: dests given on the command line; ``platform_options`` and
     ``model_options``: the dests the chosen platform and backend declare (None: the backend
-    is not installed here; its options then travel as ``--am-option``)."""
+    is not installed here, so its options cannot be checked or set)."""
     from .specs import normalize_id
 
     if normalize_id(protocol.platform) != normalize_id(platform):
@@ -118,14 +118,9 @@ def apply_protocol(
                                                           f"not {protocol.model!r}"}
         elif endpoint:
             not_applied[dest] = {"protocol": value, "why": "a running worker (--am-endpoint) keeps its own options"}
-        elif model_options is None:  # the backend lives only in the worker's environment
-            if dest in given:
-                overrides[dest] = {"protocol": value, "used": kwargs.get(dest)}
-            elif not any(pair.split("=", 1)[0].strip().replace("-", "_") == dest for pair in kwargs.get("am_option", ())):
-                kwargs["am_option"] = (*kwargs.get("am_option", ()), f"{dest}={value}")
-                values[dest] = value
-            else:
-                overrides[dest] = {"protocol": value, "used": "--am-option"}
+        elif model_options is None:  # its plugin lives only in the worker's environment
+            not_applied[dest] = {"protocol": value, "why": f"{backend!r} is not installed here: install its plugin "
+                                                          f"here, or pass --am-option {dest}={value}"}
         elif dest not in model_options:
             raise ConfigurationError(
                 f"protocol {protocol.name!r} sets --{dest.replace('_', '-')}, which the installed backend "

@@ -41,7 +41,7 @@ def resolve_protocol(ctx: click.Context, kwargs: Dict[str, Any]) -> Optional[App
             spec = reg.model(backend)
             backend, model_options = spec.name, [o.dest for o in spec.options]
         except WamError:
-            pass  # installed only where its worker runs: its options travel as --am-option
+            pass  # installed only where its worker runs: apply_protocol says what it could not set
     given = {p.name for p in ctx.command.params
              if p.name and ctx.get_parameter_source(p.name) not in (None, click.core.ParameterSource.DEFAULT)}
     applied = apply_protocol(
