@@ -173,7 +173,10 @@ def decode(native, request):
     return Prediction(
         actions=native["actions"],
         info={"count": native["count"], "native_calls": _MODELS[-1].native_calls if _MODELS else -1,
-              "pid": os.getpid()},
+              "pid": os.getpid(),
+              # the sessions whose state the model holds, and how many it was told to free
+              "held": len(_MODELS[-1].counts) if _MODELS else -1,
+              "resets": sum(_MODELS[-1].resets.values()) if _MODELS else -1},
     )
 
 
