@@ -385,8 +385,11 @@ def test_connect_to_nothing_times_out(tmp_path):
 
 
 def test_worker_dying_mid_call_fails_fast(tmp_path):
-    with served(tmp_path) as w, client(w.endpoint) as m:
-        killer = subprocess.Popen([sys.executable, "-c", f"import os,time; time.sleep(0.5); os.kill({w.pid}, 9)"])
+    with served(tmp_path, env=worker_env(**{toy.BUSY_DIR_ENV: str(tmp_path)})) as w, client(w.endpoint) as m:
+        # killed once its model has started the 10 s prediction (it leaves a marker as it starts)
+        killer = subprocess.Popen([sys.executable, "-c", "import glob, os, sys, time\n"
+                                   "while not glob.glob(os.path.join(sys.argv[1], 'predicting-*')): time.sleep(0.01)\n"
+                                   f"os.kill({w.pid}, 9)", str(tmp_path)])
         with pytest.raises(WorkerError, match="lost the connection"):  # at once, not a WorkerTimeout at the budget
             m.predict(PredictRequest(good_obs(), options={"delay": 10.0}))
         killer.wait()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from collections import defaultdict
 
 import attrs
@@ -139,6 +140,8 @@ class ScriptedModel:
         self.counts[session] += 1
         behaviour = request.options.get("behaviour") or "ok"
         delay = float(request.options.get("delay") or 0.0)
+        if os.environ.get(BUSY_DIR_ENV):  # a test waits on this to know the model is mid-call
+            Path(os.environ[BUSY_DIR_ENV], f"predicting-{os.getpid()}-{self.native_calls}").write_text("")
         if delay:
             time.sleep(delay)
         actions = self.actions(native)
@@ -181,6 +184,9 @@ def decode(native, request):
 
 
 _MODELS: list = []
+
+#: a folder where every prediction leaves ``predicting-<pid>-<n>`` as it starts
+BUSY_DIR_ENV = "WAMTEST_BUSY_DIR"
 
 
 def load_scripted(config):
