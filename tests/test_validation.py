@@ -207,3 +207,21 @@ def test_state_beyond_the_float32_range_is_refused_before_a_model_turns_it_into_
     else:
         with pytest.raises(ObservationError, match=r"beyond the float32 range .* at \[1\]"):
             validate_observation(obs, CONTRACT)
+
+
+def test_choices_on_a_typed_option_are_enforced():
+    levels = {"level": Option("level", type="int", choices=(1, 2, 4), default=1, deployment=False)}
+    validate_request(request(level=2), CONTRACT, levels)
+    with pytest.raises(ObservationError, match="option 'level' must be one of 1, 2, 4, got 3"):
+        validate_request(request(level=3), CONTRACT, levels)
+
+
+def test_a_long_list_of_bad_values_is_cut_to_the_first_five():
+    actions = np.zeros((8, 3), np.float32)
+    actions[:, 0] = np.nan
+    actions[:, 1] = 2.0
+    with pytest.raises(ActionError) as info:
+        validate_actions(actions, CONTROL)
+    nan, high = info.value.problems
+    assert nan.endswith("[[0, 0], [1, 0], [2, 0], [3, 0], [4, 0]]")
+    assert high.startswith("8 value(s) beyond the high bound") and high.count("=2") == 5
