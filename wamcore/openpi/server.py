@@ -73,27 +73,50 @@ class _Connection:
     busy: bool = False  # a request of it is being answered
 
 
-class _Throttle:
-    """An event loop exception handler that logs each kind of error at most once per
-    ``LOG_EVERY_S``, saying how many were left out, without the traceback."""
+class _Throttle(logging.Filter):
+    """Each kind of error from the event loop (its exception handler) or from websockets (a
+    filter on its logger) is logged at most once per ``LOG_EVERY_S``, without the traceback,
+    saying how many were left out; websockets' per-connection lines are ours already."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._seen: Dict[str, list] = {}  # message -> [last logged, left out since]
 
-    def __call__(self, loop, context: dict) -> None:
-        key = str(context.get("message") or "event loop error")[:200]
+    def _left_out(self, key: str) -> Optional[int]:
+        """None to leave this one out, else how many like it were left out before it."""
         now = time.monotonic()
         seen = self._seen.get(key)
         if seen is not None and now - seen[0] < LOG_EVERY_S:
             seen[1] += 1
-            return
-        left_out = seen[1] if seen is not None else 0
+            return None
         if seen is None and len(self._seen) >= 64:
             self._seen.clear()
         self._seen[key] = [now, 0]
-        exc = context.get("exception")
-        log.warning("%s%s%s", key, f": {exc}" if exc is not None else "",
-                    f" ({left_out} more like it in the last {LOG_EVERY_S:g} s)" if left_out else "")
+        return seen[1] if seen is not None else 0
+
+    @staticmethod
+    def _suffix(left_out: int) -> str:
+        return f" ({left_out} more like it in the last {LOG_EVERY_S:g} s)" if left_out else ""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return False
+        left_out = self._left_out(str(record.msg)[:200])
+        if left_out is None:
+            return False
+        if record.exc_info:
+            record.msg, record.args = f"{record.getMessage()}: {record.exc_info[1]}{self._suffix(left_out)}", None
+        elif left_out:
+            record.msg, record.args = record.getMessage() + self._suffix(left_out), None
+        record.exc_info = record.exc_text = None
+        return True
+
+    def __call__(self, loop, context: dict) -> None:
+        key = str(context.get("message") or "event loop error")[:200]
+        left_out = self._left_out(key)
+        if left_out is not None:
+            exc = context.get("exception")
+            log.warning("%s%s%s", key, f": {exc}" if exc is not None else "", self._suffix(left_out))
 
 
 def error_text(exc: BaseException) -> str:
@@ -232,7 +255,9 @@ class OpenpiServer:
     async def run(self, host: str, port: int, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                   out: Optional[TextIO] = None, ready_file: Optional[str] = None) -> None:
         """Bind, announce, serve until a stop is requested (signal, parent watch)."""
-        asyncio.get_running_loop().set_exception_handler(_Throttle())
+        throttle = _Throttle()
+        asyncio.get_running_loop().set_exception_handler(throttle)
+        logging.getLogger("websockets.server").addFilter(throttle)
         try:
             # max_queue=1: while a connection's request is answered, websockets reads on only
             # until one more message waits, not 16 (each up to max_size)
@@ -252,6 +277,7 @@ class OpenpiServer:
         finally:
             server.close()
             await server.wait_closed()
+            logging.getLogger("websockets.server").removeFilter(throttle)
 
     def close(self) -> None:
         self._model.shutdown(wait=True)
