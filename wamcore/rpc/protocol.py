@@ -103,13 +103,11 @@ MAX_HEADER_BYTES = 1 << 20
 ARGS_LIMITS = {"max_str_len": MAX_HEADER_BYTES, "max_bin_len": MAX_HEADER_BYTES, "max_array_len": 4096,
                "max_map_len": 4096, "max_ext_len": 8192}
 _ENVELOPE_KEYS = ("type", "v", "id", "method", "session", "token")
-_MAX_KEY_BYTES = 16  # encoded envelope keys ("session" is 8 bytes)
-_MAX_FIELD_BYTES = 4 * MAX_TOKEN_CHARS + 8  # the largest legitimate envelope value: a token of 4-byte characters
+#: the envelope is decoded before the token is checked: scalars only, each at most the
+#: largest a field can be (a token of 1024 4-byte characters); no list or map is built
+_ENVELOPE_LIMITS = {"max_str_len": 4 * MAX_TOKEN_CHARS + 8, "max_bin_len": 4 * MAX_TOKEN_CHARS + 8,
+                    "max_ext_len": 4 * MAX_TOKEN_CHARS + 8, "max_array_len": 0, "max_map_len": 0}
 _MAX_ENVELOPE_ITEMS = 32
-
-
-class Oversized:
-    """An envelope value too large to be one (never decoded): fails every type check."""
 
 
 def shorten(text: str, limit: int = 200, *, keep_end: bool = False) -> str:
@@ -182,27 +180,20 @@ def request_id(msg: Any) -> Optional[int]:
     return rid if type(rid) is int and 0 <= rid <= MAX_ID else None
 
 
-def _span(header: memoryview, unpacker: msgpack.Unpacker) -> memoryview:
-    """The encoded bytes of the next object, skipped over: nothing is built for them."""
-    start = unpacker.tell()
-    unpacker.skip()
-    return header[start:unpacker.tell()]
-
-
 def read_request(header) -> Tuple[dict, Optional[memoryview]]:
     """(the envelope's fields, the args still encoded) of a request header.
 
     Decoding can allocate many times a header's size, so before the request is
-    authenticated only the envelope is decoded: each field only if it is as small as one
-    can be; everything else, args included, is skipped without building anything.
-    Anything that is not a request's map of fields is a ProtocolError."""
+    authenticated only the envelope is decoded, and only as scalars of a field's size;
+    args and unknown fields are skipped without building anything. Anything that is not a
+    request's map of fields is a ProtocolError."""
     view = memoryview(header).cast("B")
     if view.nbytes > MAX_HEADER_BYTES:
         raise ProtocolError(f"request header of {view.nbytes} bytes (at most {MAX_HEADER_BYTES}: arrays of 4 KiB "
                             "and more travel as frames)")
     if view.nbytes and not (0x80 <= view[0] <= 0x8F or view[0] in (0xDE, 0xDF)):  # msgpack's map types
-        raise ProtocolError(f"expected an {REQUEST} message (a map), got something else")
-    unpacker = msgpack.Unpacker(max_buffer_size=max(1, view.nbytes))
+        raise ProtocolError(f"malformed message header: expected an {REQUEST} message (a map)")
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=max(1, view.nbytes), **_ENVELOPE_LIMITS)
     unpacker.feed(view)
     fields: dict = {}
     args = None
@@ -211,13 +202,15 @@ def read_request(header) -> Tuple[dict, Optional[memoryview]]:
         if items > _MAX_ENVELOPE_ITEMS:
             raise ProtocolError(f"malformed request: {items} fields in its envelope")
         for _ in range(items):
-            raw = _span(view, unpacker)
-            key = msgpack.unpackb(raw, raw=False) if raw.nbytes <= _MAX_KEY_BYTES else None
-            value = _span(view, unpacker)
+            key = unpacker.unpack()
             if key == "args":
-                args = value
+                start = unpacker.tell()
+                unpacker.skip()
+                args = view[start:unpacker.tell()]
             elif key in _ENVELOPE_KEYS:
-                fields[key] = msgpack.unpackb(value, raw=False) if value.nbytes <= _MAX_FIELD_BYTES else Oversized()
+                fields[key] = unpacker.unpack()
+            else:
+                unpacker.skip()
         if unpacker.tell() != view.nbytes:
             raise ProtocolError("malformed request: bytes after the header's map")
     except ProtocolError:
