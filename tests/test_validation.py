@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 from wamcore.contracts import AdapterContract, ControlSpec, Observation, Prediction, Capabilities
 from wamcore.errors import ActionError, ObservationError, PredictionError
-from wamcore.validation import validate_actions, validate_observation, validate_prediction
+from wamcore.validation import validate_actions, validate_candidates, validate_observation, validate_prediction
 
 CONTRACT = AdapterContract(
     platform="toy", action_space="toy.delta.v1", action_dim=3,
@@ -130,3 +132,14 @@ def test_malformed_prediction_extras():
     with pytest.raises(PredictionError) as info:
         validate_prediction(pred, Capabilities(future_observations=True, values=True), CONTRACT)
     assert {p.split(":")[0] for p in info.value.problems} == {"future 'primary'", "values must be a finite float vector, got array float32 (1,)"}
+
+
+def test_candidates_are_checked_against_the_control_like_actions():
+    good = np.tile(np.array([0.5, -1.0, 1.0]), (4, 1))
+    assert validate_candidates(good, CONTROL, CONTRACT).dtype == np.float32
+    nan = good.copy()
+    nan[1, 2] = np.nan
+    for bad, problem in ((good * 3, "beyond the high bound"), (-good * 3, "beyond the low bound"),
+                         (good[:2], "shape (4, 3)"), (good.tolist(), "shape (4, 3)"), (nan, "NaN")):
+        with pytest.raises(ActionError, match=re.escape(problem)):
+            validate_candidates(bad, CONTROL, CONTRACT)

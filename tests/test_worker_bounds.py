@@ -17,14 +17,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers beside the tests
 
-from helpers_workers import no_leaks, served  # noqa: E402,F401
+from helpers_workers import no_leaks, served, worker_env  # noqa: E402,F401
 from test_worker_hardening import (BIG, ENV, hello, local_call, raw_call, request, segment_ref,  # noqa: E402
                                    sentinel, serving)
 
 import wamtest_scripted as toy  # noqa: E402
 from wamcore import wire  # noqa: E402
 from wamcore.contracts import PredictRequest  # noqa: E402
-from wamcore.errors import ActionError  # noqa: E402
+from wamcore.errors import ActionError, CapabilityError  # noqa: E402
 from wamcore.rpc import RemoteModel  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
@@ -149,3 +149,14 @@ def test_14_out_of_bounds_candidates_never_reach_the_adapter(tmp_path):
                 m._session_call("predict", {"request": d}, 10.0)
         last = m.predict(PredictRequest(obs))
         assert last.info["violations"] == 0 and last.info["calls"] == ok.info["calls"] + 1
+
+
+def test_14_a_worker_without_the_platform_refuses_candidates_it_cannot_check(tmp_path):
+    only_models = worker_env(WAMCORE_PLUGIN_MODULES="wamtest_fuzz")  # toy-big's plugin is not loaded
+    with served(tmp_path, backend="sentinel-cf-wam", platform="toy-big", env=only_models) as w, \
+            RemoteModel(w.endpoint).bind(BIG) as m:
+        obs = toy.big_observation(5)
+        with pytest.raises(CapabilityError, match="not installed where the model runs"):
+            m.predict(PredictRequest(obs, candidate_actions=np.array([[0.5, 0.5]], np.float32)))
+        info = m.predict(PredictRequest(obs)).info
+        assert info["calls"] == 1 and info["violations"] == 0  # the refused request never reached the model
