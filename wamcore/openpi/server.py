@@ -15,8 +15,8 @@ stateful model (reset when it closes). Security as ``wam serve``: loopback by de
 a token required off loopback, presented as openpi-client's ``api_key`` (the header
 ``Authorization: Api-Key TOKEN``) and checked before the handshake completes. Bounds
 (docs/security.md): ``--max-sessions`` connections, where idle ones make room for new
-clients; one message waiting per connection while its request is answered; messages of
-``--max-message-mb``, decoded within bounds (:mod:`.codec`).
+clients; at most two messages read ahead per connection while its request is answered;
+messages of ``--max-message-mb``, decoded within bounds (:mod:`.codec`).
 """
 
 from __future__ import annotations
@@ -259,8 +259,8 @@ class OpenpiServer:
         asyncio.get_running_loop().set_exception_handler(throttle)
         logging.getLogger("websockets.server").addFilter(throttle)
         try:
-            # max_queue=1: while a connection's request is answered, websockets reads on only
-            # until one more message waits, not 16 (each up to max_size)
+            # max_queue=1: while a connection's request is answered, websockets stops reading
+            # it once two messages wait (its default, 16, let one connection hold 17 x max_size)
             server = await ws_serve(self._handler, host, port, compression=None, max_size=max_message_bytes,
                                     max_queue=1, process_request=self._process_request, server_header=None)
         except OSError as exc:

@@ -192,8 +192,8 @@ class SharedSegments:
         if st.st_size < _ALIGN:
             raise ProtocolError("a shared-memory segment is too small")
         if st.st_size > self.max_bytes:
-            raise SharedMemoryUnavailable(f"a shared-memory segment of {st.st_size} bytes is larger than a request may be "
-                                f"({self.max_bytes} bytes, --max-message-mb)")
+            raise SharedMemoryUnavailable(f"a shared-memory segment of {st.st_size} bytes is larger than a request "
+                                          f"may be ({self.max_bytes} bytes, --max-message-mb)")
         while self._segments and self.mapped + st.st_size > self.max_mapped:  # room first: address space is bounded
             self._unmap(next(iter(self._segments)))
         mm = mmap.mmap(fd, st.st_size, prot=mmap.PROT_READ)
