@@ -189,12 +189,15 @@ def _request(method="health", **over):
 
 RAW_MESSAGES = {
     "garbage header": ([b"\xc1\xc1 not msgpack"], "ProtocolError", "malformed message header"),
-    "missing buffer frame": (
-        [msgpack.packb({"x": msgpack.ExtType(1, msgpack.packb([3, "|u1", [4]]))})], "ProtocolError", "bad array reference"),
+    "missing buffer frame": (  # array references are read in a request's args, once the envelope passed
+        [msgpack.packb(_request(args={"x": msgpack.ExtType(1, msgpack.packb([3, "|u1", [4]]))}))], "ProtocolError",
+        "bad array reference"),
     "buffer size mismatch": (
-        [msgpack.packb({"x": msgpack.ExtType(1, msgpack.packb([0, "<f4", [4]]))}), b"\0" * 3], "ProtocolError", "needs 16 bytes"),
+        [msgpack.packb(_request(args={"x": msgpack.ExtType(1, msgpack.packb([0, "<f4", [4]]))})), b"\0" * 3],
+        "ProtocolError", "needs 16 bytes"),
     "object dtype": (
-        [msgpack.packb({"x": msgpack.ExtType(1, msgpack.packb([0, "|O", [1]]))}), b"\0" * 8], "ProtocolError", "cannot go on the wire"),
+        [msgpack.packb(_request(args={"x": msgpack.ExtType(1, msgpack.packb([0, "|O", [1]]))})), b"\0" * 8],
+        "ProtocolError", "cannot go on the wire"),
     "not a map": ([msgpack.packb([1, 2, 3])], "ProtocolError", "expected an rpc_request message"),
     "other protocol version": ([msgpack.packb(_request(v=99))], "ProtocolError", "version 99"),
     "unknown method": ([msgpack.packb(_request("eval_python"))], "ProtocolError", "unknown method 'eval_python'"),

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 from wamcore.contracts import AdapterContract, ControlSpec, Observation, PredictRequest, Prediction, Capabilities
 from wamcore.errors import ActionError, ObservationError, PredictionError
 from wamcore.specs import Option
-from wamcore.validation import validate_actions, validate_observation, validate_prediction, validate_request
+from wamcore.validation import validate_actions, validate_candidates, validate_observation, validate_prediction, validate_request
 
 CONTRACT = AdapterContract(
     platform="toy", action_space="toy.delta.v1", action_dim=3,
@@ -225,3 +227,14 @@ def test_a_long_list_of_bad_values_is_cut_to_the_first_five():
     nan, high = info.value.problems
     assert nan.endswith("[[0, 0], [1, 0], [2, 0], [3, 0], [4, 0]]")
     assert high.startswith("8 value(s) beyond the high bound") and high.count("=2") == 5
+
+
+def test_candidates_are_checked_against_the_control_like_actions():
+    good = np.tile(np.array([0.5, -1.0, 1.0]), (4, 1))
+    assert validate_candidates(good, CONTROL, CONTRACT).dtype == np.float32
+    nan = good.copy()
+    nan[1, 2] = np.nan
+    for bad, problem in ((good * 3, "beyond the high bound"), (-good * 3, "beyond the low bound"),
+                         (good[:2], "shape (4, 3)"), (good.tolist(), "shape (4, 3)"), (nan, "NaN")):
+        with pytest.raises(ActionError, match=re.escape(problem)):
+            validate_candidates(bad, CONTROL, CONTRACT)

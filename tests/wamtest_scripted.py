@@ -122,8 +122,9 @@ class ScriptedModel:
 
     uses_sessions = True
 
-    def __init__(self, gain: float, budget: float, chunk: int = CHUNK):
+    def __init__(self, gain: float, budget: float, chunk: int = CHUNK, predict_delay: float = 0.0):
         self.gain = gain
+        self.predict_delay = predict_delay
         self.chunk = chunk
         self.timeout_s = budget
         self.checkpoint = f"scripted:gain={gain}"
@@ -139,7 +140,7 @@ class ScriptedModel:
         self.native_calls += 1
         self.counts[session] += 1
         behaviour = request.options.get("behaviour") or "ok"
-        delay = float(request.options.get("delay") or 0.0)
+        delay = float(request.options.get("delay") or self.predict_delay)
         if os.environ.get(BUSY_DIR_ENV):  # a test waits on this to know the model is mid-call
             Path(os.environ[BUSY_DIR_ENV], f"predicting-{os.getpid()}-{self.native_calls}").write_text("")
         if delay:
@@ -194,7 +195,7 @@ def load_scripted(config):
     if config.options.get("fail_load"):
         raise CheckpointError("scripted load failure: the checkpoint cannot be read")
     model = ScriptedModel(float(config.options.get("gain") or 0.5), float(config.options.get("budget") or 20.0),
-                          int(config.options.get("chunk_size") or CHUNK))
+                          int(config.options.get("chunk_size") or CHUNK), float(config.options.get("predict_delay") or 0.0))
     _MODELS.append(model)
     return model
 
@@ -269,6 +270,8 @@ SCRIPTED_OPTIONS = (
     Option("budget", type="float", default=20.0, help="Declared timeout budget (s)."),
     Option("fail-load", type="bool", default=False, help="Fail while loading."),
     Option("load-delay", type="float", default=None, help="Seconds loading takes."),
+    Option("predict-delay", type="float", default=None,
+           help="Seconds each prediction sleeps, for clients that cannot send per-request options (openpi)."),
     Option("chunk-size", type="int", default=None, help="Actions per chunk (changes the contract)."),
     Option("behaviour", type="choice", choices=BEHAVIOURS, default=None, deployment=False,
            help="What the next predictions do (per request)."),
