@@ -4,23 +4,61 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import click
 
 from .. import __version__
 from ..errors import ConfigurationError, WamError
 from ..specs import PlatformSpec
-from .common import PairedCommand, _episode_options, _resolve, cache_option, cli, deployment_options
+from .common import (DEVICE_STORY, PairedCommand, _episode_options, _resolve, cache_option, check_writable_dir, cli,
+                     command_args, deployment_options)
+
+#: where ``--from RUN_DIR`` finds the arguments of the run it repeats
+RECORDED = "config.json"
 
 
-@cli.command(name="eval", cls=PairedCommand, params=_episode_options() + deployment_options() + [
-    click.Option(["--episodes"], type=int, default=10, show_default=True,
+class EvalCommand(PairedCommand):
+    """``--from RUN_DIR`` stands for the arguments recorded in ``RUN_DIR/config.json``;
+    options given on the command line besides it win (``--out`` for one)."""
+
+    def parse_args(self, ctx: click.Context, args):
+        return super().parse_args(ctx, recorded_args(args, ctx))
+
+
+def recorded_args(args, ctx=None) -> list:
+    """``args`` with the recorded arguments of a ``--from RUN_DIR`` in front of them."""
+    args = list(args)
+    run_dir = None
+    for i, arg in enumerate(args):
+        if arg == "--from" and i + 1 < len(args):
+            run_dir = args[i + 1]
+        elif arg.startswith("--from="):
+            run_dir = arg.split("=", 1)[1]
+    if run_dir is None:
+        return args
+    path = Path(run_dir) / RECORDED
+    try:
+        command = json.loads(path.read_text()).get("command")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise click.UsageError(f"--from {run_dir}: cannot read {path} ({exc}); give a `wam eval` output folder", ctx)
+    if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
+        raise click.UsageError(f"--from {run_dir}: {path} records no command (a run of an older wamcore); repeat its "
+                               "options by hand (they are in that file)", ctx)
+    return command + args
+
+
+@cli.command(name="eval", cls=EvalCommand, epilog=DEVICE_STORY, params=_episode_options() + deployment_options() + [
+    click.Option(["--episodes"], type=click.IntRange(min=1), default=10, show_default=True,
                  help="Number of episodes (on LIBERO: init states per task)."),
+    click.Option(["--from", "from_run"], type=click.Path(exists=True, file_okay=False), default=None, metavar="RUN_DIR",
+                 help="Repeat the run in RUN_DIR with the arguments its config.json records (options given besides "
+                      "win; default --out: a new folder)."),
     click.Option(["--num-envs"], type=click.IntRange(min=1), default=1, show_default=True,
                  help="Simulator processes stepping in parallel, sharing one model worker (1: the env runs in "
                       "this process). See docs/evaluation.md for how to choose it."),
@@ -73,6 +111,10 @@ def eval_(ctx, **kwargs):
     executor, ray_address, num_models = kwargs.pop("executor"), kwargs.pop("ray_address"), kwargs.pop("num_model_workers")
     video, report, cache = parse_video(kwargs.pop("video")), kwargs.pop("report"), kwargs.pop("cache")
     best_of, score = kwargs.pop("best_of"), kwargs.pop("score")
+    kwargs.pop("from_run")  # its arguments were read while parsing (EvalCommand)
+    check_writable_dir(out_opt or "runs", "--out")
+    check_writable_dir(cache, "--cache")
+    check_writable_dir(kwargs.get("am_log_dir"), "--am-log-dir")
     if score and not best_of:
         raise ConfigurationError("--score chooses among candidates: it needs --best-of N")
     planning = {"best_of": best_of, "score": score or "value"} if best_of else None
@@ -116,7 +158,11 @@ def eval_(ctx, **kwargs):
         "episodes": [e.key for e in episodes],
         **({"planning": planning} if planning else {}),
     }
+    command = _command(ctx, config, out, resume)
+    if command is not None:
+        run_config["command"] = command
     results = ResultsDir(out)
+    fresh = not out.exists()  # a run refused before its first record leaves no folder behind
     try:
         done = results.prepare(run_config, resume=resume, overwrite=overwrite)
     except BaseException:
@@ -157,6 +203,11 @@ def eval_(ctx, **kwargs):
         click.echo(f"interrupted: {len(records)} of {len(episodes)} episodes are in {results.episodes_path}; "
                    "rerun the same command with --resume to continue", err=True)
         ctx.exit(130)
+    except BaseException:
+        if fresh and not records:
+            results.close()
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     finally:
         progress.close()
         results.close()
@@ -213,6 +264,19 @@ def default_out(platform: str, backend: str, *, resume: bool, root: Path = Path(
         n += 1
         out = root / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
     return out
+
+
+def _command(ctx, config, out: Path, resume: bool) -> Optional[list]:
+    """The arguments of ``wam eval`` that repeat this run (``wam eval --from OUT``); a resumed
+    run keeps the command that started it, or none if it recorded none (config.json must
+    match on resume)."""
+    if resume and (out / RECORDED).exists():
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            return json.loads((out / RECORDED).read_text()).get("command")
+    args = command_args(ctx, always=("platform",))
+    if config.backend and "--am-backend" not in args:
+        args[2:2] = ["--am-backend", config.backend]
+    return args
 
 
 def _requested_model(config, reg) -> dict:
