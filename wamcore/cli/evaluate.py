@@ -218,6 +218,7 @@ def eval_(ctx, **kwargs):
         model_info=_identity(evaluation.model_info), model_identity=identity, model_restarts=evaluation.model_restarts,
         versions=_versions(reg, platform.name, config.backend, evaluation.model_info),
         finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), wall_s=round(time.perf_counter() - t0, 2), out=str(out),
+        episodes_run=len(records) - len(done), **_provenance(reg, platform.name, config.backend),
         **({"planning": planning} if planning else {}),
     )
     if cache:
@@ -324,6 +325,19 @@ def _versions(reg, platform: str, backend, info) -> dict:
         if record is not None and record.distribution:
             out[record.distribution] = record.version
     return out
+
+
+def _provenance(reg, platform: str, backend) -> dict:
+    """The host (GPUs included) and the git revision of wamcore and of the plugins that
+    provided the platform and the model, where they are checkouts."""
+    from ..report.provenance import host, package_revisions
+
+    packages = {"wamcore": "wamcore"}
+    for kind, ident in (("platform", platform), ("model", backend)):
+        record = reg.owner(kind, ident) if ident else None
+        if record is not None and record.module:
+            packages[record.distribution or record.name] = record.module
+    return {"host": host(), "git": package_revisions(packages)}
 
 
 def _identity(info) -> Any:
