@@ -382,8 +382,6 @@ def check_writable_file(path: Optional[str], flag: str, suffixes: Sequence[str] 
     target = Path(path)
     if suffixes and target.suffix.lower() not in suffixes:
         raise ConfigurationError(f"{flag} {path}: use a file name ending in {' or '.join(suffixes)}")
-    if target.is_dir():
-        raise ConfigurationError(f"{flag} {path}: it is a directory; give a file name")
     check_writable_dir(str(target.parent), flag, given=path)
 
 
