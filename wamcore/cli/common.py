@@ -392,12 +392,12 @@ def check_writable_file(path: Optional[str], flag: str, suffixes: Sequence[str] 
 NOT_RECORDED = {"out", "resume", "overwrite", "as_json", "am_token", "from_run"}
 
 
-def command_args(ctx: click.Context, *, always: Sequence[str] = ()) -> List[str]:
+def command_args(ctx: click.Context, *, always: Sequence[str] = (), leave_out: Sequence[str] = ()) -> List[str]:
     """The options given on the command line (and ``always`` those named, whatever their
     source) as arguments that repeat them, in the command's own order."""
     args: List[str] = []
     for param in ctx.command.params:
-        if not isinstance(param, click.Option) or param.name in NOT_RECORDED:
+        if not isinstance(param, click.Option) or param.name in NOT_RECORDED or param.name in leave_out:
             continue
         value = ctx.params.get(param.name)
         given = ctx.get_parameter_source(param.name) == click.core.ParameterSource.COMMANDLINE

@@ -274,8 +274,8 @@ def _command(ctx, config, out: Path, resume: bool) -> Optional[list]:
     if resume and (out / RECORDED).exists():
         with contextlib.suppress(OSError, ValueError, AttributeError):
             return json.loads((out / RECORDED).read_text()).get("command")
-    args = command_args(ctx, always=("platform",))
-    if config.backend and "--am-backend" not in args:
+    args = command_args(ctx, always=("platform",), leave_out=("am_backend",))
+    if config.backend:  # the model's own name, where the command gave an alias or nothing
         args[2:2] = ["--am-backend", config.backend]
     return args
 
