@@ -7,8 +7,8 @@ identity, options, platform, versions, host and GPUs, git revisions, date, throu
 the command that reproduces it, the per-task table, plots made with matplotlib (success
 rate per task with 95% intervals, steps to success, predicted values over an episode where
 the model predicts them), a sortable table of every episode, links to the raw files, and
-the filmed episodes with poster frames (the first ``MAX_VIDEOS``; ``all_videos`` embeds
-every one).
+the filmed episodes with poster frames (the first ``max_videos``, ``MAX_VIDEOS`` unless
+told; ``None`` embeds every one).
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def _table(summary: Mapping[str, Any]) -> str:
     return f"<table id='per-task'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def reproduce_command(run_dir: Path, config: Mapping[str, Any]) -> Optional[str]:
+def reproduce_command(config: Mapping[str, Any]) -> Optional[str]:
     """The ``wam eval`` command line that repeats the run (None for a run of an older
     wamcore, which recorded none); ``wam eval --from RUN_DIR`` does the same."""
     command = config.get("command")
@@ -247,15 +247,16 @@ def _poster(path: Path) -> str:
     return f" poster='data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}'"
 
 
-def _videos(run_dir: Path, records: List[Mapping[str, Any]], all_videos: bool = False) -> tuple:
-    """(the videos' section, the keys whose video is embedded)."""
+def _videos(run_dir: Path, records: List[Mapping[str, Any]], max_videos: Optional[int] = MAX_VIDEOS) -> tuple:
+    """(the videos' section, the keys whose video is embedded); ``max_videos=None``: all,
+    whatever their size."""
     figures, total, embedded = [], 0, set()
     filmed = [r for r in records if r.get("video")]
     for r in filmed:
-        if len(figures) >= MAX_VIDEOS and not all_videos:
+        if max_videos is not None and len(figures) >= max_videos:
             continue
         path = (run_dir / r["video"]) if not Path(r["video"]).is_absolute() else Path(r["video"])
-        if not path.exists() or (total + path.stat().st_size > MAX_VIDEO_BYTES and not all_videos):
+        if not path.exists() or (max_videos is not None and total + path.stat().st_size > MAX_VIDEO_BYTES):
             continue
         data = path.read_bytes()
         total += len(data)
@@ -308,7 +309,7 @@ def _raw_links(run_dir: Path) -> str:
     return "<p id='raw'>Raw files: " + ", ".join(f"<a href='{n}'>{n}</a>" for n in present) + "</p>"
 
 
-def render(run_dir: Path, all_videos: bool = False) -> str:
+def render(run_dir: Path, max_videos: Optional[int] = MAX_VIDEOS) -> str:
     run_dir = Path(run_dir)
     for needed in ("config.json", "episodes.jsonl"):
         if not (run_dir / needed).exists():
@@ -327,8 +328,8 @@ def render(run_dir: Path, all_videos: bool = False) -> str:
     headline = (f"{summary['successes']}/{summary['episodes']} successes, rate {summary['success_rate']:.3f} "
                 f"(95% CI [{lo:.3f}, {hi:.3f}])" + (f"; {planned - len(records)} of {planned} planned episodes not run"
                                                     if planned > len(records) else ""))
-    videos, embedded = _videos(run_dir, records, all_videos)
-    command = reproduce_command(run_dir, config)
+    videos, embedded = _videos(run_dir, records, max_videos)
+    command = reproduce_command(config)
     reproduce = (f"<h2>Reproduce</h2><pre class='command' id='command'>{html.escape(command)}</pre>"
                  f"<p>or <code>wam eval --from {html.escape(str(run_dir))}</code></p>") if command else ""
     return f"""<!doctype html>
@@ -351,10 +352,10 @@ def render(run_dir: Path, all_videos: bool = False) -> str:
 """
 
 
-def write_report(run_dir: Path, out: Optional[Path] = None, *, all_videos: bool = False) -> Path:
+def write_report(run_dir: Path, out: Optional[Path] = None, *, max_videos: Optional[int] = MAX_VIDEOS) -> Path:
     """Write ``run_dir/report.html`` (or ``out``) and return its path."""
     out = Path(out) if out is not None else Path(run_dir) / "report.html"
-    out.write_text(render(Path(run_dir), all_videos=all_videos))
+    out.write_text(render(Path(run_dir), max_videos=max_videos))
     return out
 
 
