@@ -126,6 +126,7 @@ def test_progress_cuts_its_text_rather_than_wrap(tmp_path):
     (["run", "--video", "/proc/wam-test/ep.gif"], "--video /proc/wam-test/ep.gif: cannot write in /proc"),
     (["run", "--video", "ep.avi"], "--video ep.avi: use a file name ending in .mp4 or .gif"),
     (["run", "--video", "."], "'--video': File '.' is a directory"),
+    (["eval", "--num-envs", "100000"], "each pointmass env process holds about 60 MB"),
 ])
 def test_a_mistake_is_one_line_exit_2_and_leaves_nothing(tmp_path, monkeypatch, args, says):
     monkeypatch.chdir(tmp_path)
