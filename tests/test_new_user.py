@@ -150,6 +150,9 @@ def test_a_malformed_pin_file_is_one_typed_line(tmp_path):
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
         (line,) = result.stderr.strip().splitlines()
         assert line.startswith(f"Error: pin file {tmp_path / 'pins.json'}") and says in line
+    failed = wam("eval", "--episodes", "2", "--am-checkpoint", tmp_path, cwd=tmp_path)
+    assert failed.returncode == 1 and 'holds no "pins" object' not in failed.stderr and "not a sha256" in failed.stderr
+    assert not list((tmp_path / "runs").glob("eval-*"))  # the run that never recorded an episode left no folder
 
 
 # ----------------------------------------------------------------------------- borrowed workers
