@@ -8,7 +8,6 @@ belongs to another platform or backend is refused with the name of its owner.
 
 from __future__ import annotations
 
-import shlex
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
@@ -413,10 +412,6 @@ def command_args(ctx: click.Context, *, always: Sequence[str] = (), leave_out: S
             for v in value if param.multiple else (value,):
                 args += [flag, str(v)]
     return args
-
-
-def shell_command(name: str, args: Sequence[str]) -> str:
-    return shlex.join(["wam", name, *args])
 
 
 def _resolve(ctx, kwargs, preflight=None) -> tuple:

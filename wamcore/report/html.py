@@ -53,8 +53,7 @@ function sortEpisodes(col, desc) {
   const heads = Array.from(table.tHead.rows[0].cells);
   const i = heads.findIndex(h => h.dataset.col === col); if (i < 0) return;
   const rows = Array.from(table.tBodies[0].rows);
-  const key = r => { const c = r.cells[i]; const v = c.dataset.v !== undefined ? c.dataset.v : c.textContent;
-                     const n = parseFloat(v); return isNaN(n) ? v : n; };
+  const key = r => { const v = r.cells[i].textContent; const n = parseFloat(v); return isNaN(n) ? v : n; };
   rows.sort((a, b) => { const x = key(a), y = key(b);
     const o = (typeof x === typeof y) ? (x < y ? -1 : x > y ? 1 : 0) : (typeof x === 'number' ? -1 : 1);
     return desc ? -o : o; });
@@ -296,10 +295,7 @@ def _episodes(records: List[Mapping[str, Any]], embedded) -> str:
             if r.get("key") in embedded:
                 link = f"<a href='#{video_id(r['key'])}'>watch</a> " + link
         cells.append(link)
-        row = "".join(f"<td>{c}</td>" for c in cells[:len(labels) + 1])
-        row += f"<td data-v='{int(ok)}'>{cells[len(labels) + 1]}</td>"
-        row += "".join(f"<td>{c}</td>" for c in cells[len(labels) + 2:])
-        rows.append(f"<tr>{row}</tr>")
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return (f"<h2>Every episode ({len(records)}; click a column to sort)</h2>"
             f"<table id='episodes'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
