@@ -211,6 +211,8 @@ class PairedCommand(WamCommand):
         self._base_params = list(self.params)
         self._platform_flag = platform_flag
         self._platform_options = platform_options
+        if not platform_options:  # `wam serve`: its own options configure the worker
+            self.default_section = MODEL_WORKER
 
     def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
         reg = _registry(ctx)
