@@ -127,6 +127,10 @@ def test_progress_cuts_its_text_rather_than_wrap(tmp_path):
     (["run", "--video", "ep.avi"], "--video ep.avi: use a file name ending in .mp4 or .gif"),
     (["run", "--video", "."], "'--video': File '.' is a directory"),
     (["eval", "--num-envs", "100000"], "each pointmass env process holds about 60 MB"),
+    (["eval", "--video", "0"], "--video '0': give a number of episodes per task, 'failures' or 'all'"),
+    (["eval", "--best-of", "0"], "'--best-of': 0 is not in the range x>=1"),
+    (["run", "--am-python", sys.executable, "--am-start-timeout", "-1"], "'--am-start-timeout': -1.0 is not in the range x>0"),
+    (["eval", "--action-noise", "-0.5"], "'--action-noise': -0.5 is not in the range x>=0"),
 ])
 def test_a_mistake_is_one_line_exit_2_and_leaves_nothing(tmp_path, monkeypatch, args, says):
     monkeypatch.chdir(tmp_path)
@@ -261,6 +265,9 @@ def test_eval_help_in_sections_with_one_device_story():
     assert "--am-cuda-device" in worker_part and "--cuda-device" in worker_part
     assert "--device" in text[text.index("Model options (pointmass-wam):"):]
     assert "--am-cuda-device, else --cuda-device, else the inherited CUDA_VISIBLE_DEVICES" in " ".join(text.split())
+    served = invoke("serve", "--am-backend", "pointmass-wam", "--platform", "pointmass", "--help").output
+    assert [line for line in served.splitlines() if line.endswith("options:") or line.startswith("Model options")] == [
+        "Model worker options:", "Model options (pointmass-wam):"]
 
 
 def test_eval_from_a_run_folder_repeats_it_exactly_and_the_report_says_how(tmp_path):
