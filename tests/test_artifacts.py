@@ -163,9 +163,10 @@ def test_wam_run_with_a_cache_replays_the_episode_from_artifacts(tmp_path):
     assert (b["success"], b["steps"], b["values"]) == (a["success"], a["steps"], a["values"])
     assert a["model_identity"] == b["model_identity"] and a["model_identity"]["backend"] == "pointmass-wam"
     listed = wam("artifacts", "ls", tmp_path / "c")
-    assert listed.returncode == 0 and len(listed.stdout.splitlines()) == a["chunks"]
+    head, *rows = listed.stdout.splitlines()
+    assert listed.returncode == 0 and head.startswith("KEY") and len(rows) == a["chunks"]
     assert f"{a['chunks']} artifact(s)" in listed.stderr and "pointmass-wam" in listed.stdout
-    shown = wam("artifacts", "show", tmp_path / "c", listed.stdout.split()[0])
+    shown = wam("artifacts", "show", tmp_path / "c", rows[0].split()[0])
     assert shown.returncode == 0, shown.stderr
     details = json.loads(shown.stdout)
     assert details["verified"] and details["prediction"]["actions"] == [8, 2]

@@ -57,6 +57,9 @@ def test_user_pins_extend_the_shipped_ones(ckpt, tmp_path):
     merged = Pins(files={"model.safetensors": "0" * 64, "stats.json": None}).extended(loaded)
     assert merged.files["model.safetensors"] == sha256_file(ckpt / "model.safetensors") and merged.source == "mine"
     (tmp_path / "bad.json").write_text("[1]")
+    with pytest.raises(CheckpointError, match="bad.json holds a JSON list, not an object"):
+        Pins.load(tmp_path / "bad.json")
+    (tmp_path / "bad.json").write_text("{")
     with pytest.raises(CheckpointError, match="cannot read pin file"):
         Pins.load(tmp_path / "bad.json")
 

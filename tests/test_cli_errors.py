@@ -82,8 +82,15 @@ def test_configuration_errors_exit_2_with_the_subcommands_usage(registry):
 
 
 def test_am_timeout_bounds_the_wait_for_a_borrowed_workers_hello(registry):
-    result = run(registry, "run", "--platform", "line", "--am-endpoint", "tcp://127.0.0.1:1", "--am-timeout", "1.5")
-    assert result.exit_code == 1 and "no answer to hello from the worker at tcp://127.0.0.1:1 within 1.5 s" in result.stderr
+    import socket
+
+    with socket.socket() as silent:  # accepts connections (the kernel does), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        port = silent.getsockname()[1]
+        result = run(registry, "run", "--platform", "line", "--am-endpoint", f"tcp://127.0.0.1:{port}", "--am-timeout", "1.5")
+    assert result.exit_code == 1
+    assert f"no answer to hello from the worker at tcp://127.0.0.1:{port} within 1.5 s" in result.stderr
 
 
 def test_an_http_endpoint_is_told_what_workers_speak(registry):

@@ -109,3 +109,78 @@ def test_no_doc_or_docstring_points_into_shared():
         if _PRIVATE.search(line) or line.count("§") > len(_UPSTREAM_SECTION.findall(line))
     ]
     assert not hits, "cite the upstream source (repository and path) instead:\n" + "\n".join(hits)
+
+
+def test_the_cli_reference_is_current():
+    import runpy
+
+    render = runpy.run_path(str(ROOT / "docs" / "cli_reference.py"))["render"]
+    assert (ROOT / "docs" / "cli.md").read_text() == render(), "docs/cli.md is stale: run python docs/cli_reference.py"
+
+
+def _doc_commands(doc: str) -> dict:
+    """``{name: [command, ...]}`` of the bash blocks marked ``<!-- commands: NAME -->``."""
+    text = (ROOT / doc).read_text()
+    blocks = re.findall(r"<!-- commands: ([\w-]+) -->\s*```bash\n(.*?)```", text, re.S)
+    return {name: [line for line in body.splitlines() if line.strip() and not line.startswith("#")]
+            for name, body in blocks}
+
+
+def _run_doc_command(line: str, cwd: Path) -> subprocess.CompletedProcess:
+    import shlex
+
+    words = shlex.split(line)
+    env = dict(os.environ)
+    while "=" in words[0]:
+        key, value = words.pop(0).split("=", 1)
+        if key == "PYTHONPATH":  # relative to the folder the page works in, before this checkout's own path
+            value = os.pathsep.join([str((cwd / value).resolve()), env.get("PYTHONPATH", "")])
+        env[key] = value
+    assert words[0] == "wam", line
+    return subprocess.run([sys.executable, "-m", "wamcore", *words[1:]], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_the_quickstart_runs_as_written(docs_example, tmp_path):
+    import json
+
+    blocks = _doc_commands("docs/quickstart.md")
+    assert list(blocks) == ["first-run", "first-eval", "first-report", "first-plugin"]
+    (tmp_path / "wam_line").mkdir()
+    (tmp_path / "wam_line" / "__init__.py").write_text("")
+    (tmp_path / "wam_line" / "plugin.py").write_text(docs_example("line-plugin"))
+    outputs = {}
+    for name, commands in blocks.items():
+        for line in commands:
+            done = _run_doc_command(line, tmp_path)
+            assert done.returncode == 0, f"{line}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+            outputs[line] = done.stdout
+    assert (tmp_path / "ep.gif").stat().st_size > 1000
+    first = [json.loads(r) for r in (tmp_path / "runs/first/episodes.jsonl").read_text().splitlines()]
+    again = [json.loads(r) for r in (tmp_path / "runs/again/episodes.jsonl").read_text().splitlines()]
+    assert len(first) == 20 and [dict(r, wall_s=0) for r in first] == [dict(r, wall_s=0) for r in again]
+    assert len(list((tmp_path / "runs/first/videos").glob("*.mp4"))) == 2
+    assert "reproduce: wam eval --platform pointmass" in outputs["wam report runs/first"]
+    assert (tmp_path / "runs/first/report.html").exists()
+    assert any("platform line" in out for out in outputs.values())  # the plugin, listed by `wam plugins`
+    assert len((tmp_path / "runs/line/episodes.jsonl").read_text().splitlines()) == 5
+
+
+def _user_docs() -> list:
+    return [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *ROOT.glob("plugins/*/README.md")]
+
+
+def test_user_docs_cite_no_issue_numbers():
+    hits = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}" for p in _user_docs()
+            for n, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"\bissues?\b", line, re.I)]
+    assert not hits, "user docs say what and why, not which issue:\n" + "\n".join(hits)
+
+
+def test_test_files_named_in_docs_exist():
+    missing = []
+    for doc in _user_docs():
+        base = doc.parent if doc.parent.parent.name == "plugins" else ROOT  # a plugin's README: its own folder
+        for path in re.findall(r"`((?:plugins/\w+/)?tests/[\w/.-]+?)(?:::[\w.\[\]-]+)?`", doc.read_text()):
+            if not (base / path).exists():
+                missing.append(f"{doc.relative_to(ROOT)}: {path}")
+    assert not missing, "\n".join(missing)

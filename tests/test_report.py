@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers_browser import not_blank, render  # noqa: E402
+from helpers_browser import FLAGS, chromium, not_blank, render  # noqa: E402
 
 from wamcore.report.tables import format_table, group_summaries, records_csv  # noqa: E402
 
@@ -59,6 +60,56 @@ def test_eval_writes_csv_videos_and_a_report_a_browser_renders(tmp_path):
     # the plots really are drawn: the page has coloured (bar and line) pixels, not only text
     colourful = (np.ptp(shot.astype(int), axis=2) > 60).mean()
     assert colourful > 0.005
+    # how to get it again, where it ran, how fast
+    assert "wam eval --platform pointmass --am-backend pointmass-wam --episodes 6 --num-envs 2 --video 2 --report " \
+           "--max-steps 14" in dom
+    assert re.search(r"<dt>host</dt><dd>[^<]+CPUs", dom) and "<dt>GPUs</dt>" in dom
+    assert re.search(r"<dt>git revisions</dt><dd>\{[^<]*\"wamcore\": \"[0-9a-f]{12}", dom)
+    assert re.search(r"<dt>throughput</dt><dd>\d+ episodes/hour \(6 episodes in", dom)
+    # the raw files, every episode with a link to its video, videos with posters
+    for name in ("results.csv", "episodes.jsonl", "summary.json", "config.json"):
+        assert f'<a href="{name}">{name}</a>' in dom
+    table = dom[dom.index('<table id="episodes"'):]
+    table = table[:table.index("</table>")]
+    assert table.count("<tr>") == 7  # a header and six episodes
+    for r in filmed:
+        anchor = "video-" + re.sub(r"[^A-Za-z0-9_-]", "_", r["key"])
+        assert f'href="#{anchor}"' in table and f'href="{r["video"]}"' in table and f'id="{anchor}"' in dom
+    assert dom.count("poster=\"data:image/png;base64,") == 2 and "2 of 2 filmed shown" in dom
+
+
+def _column(dom: str, name: str) -> list:
+    """The cells of column ``name`` of the episode table, top to bottom, as the browser has them."""
+    table = dom[dom.index('<table id="episodes"'):]
+    table = table[:table.index("</table>")]
+    heads = re.findall(r"<th data-col=\"([^\"]+)\"", table)
+    rows = re.findall(r"<tr>(.*?)</tr>", table[table.index("<tbody>"):], re.S)
+    return [re.sub(r"<[^>]+>", "", re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)[heads.index(name)]) for row in rows]
+
+
+def test_the_episode_table_sorts_in_the_browser_and_videos_say_how_many_are_shown(tmp_path):
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "wamcore", "eval", "--episodes", "5", "--max-steps", "14", "--video", "all",
+         "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    shown = subprocess.run([sys.executable, "-m", "wamcore", "report", str(out), "--max-videos", "2"],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("reproduce: wam eval --platform pointmass --am-backend pointmass-wam --episodes 5")
+    page = out / "report.html"
+    plain = subprocess.run([chromium(), *FLAGS, f"--user-data-dir={tmp_path / 'p'}", "--dump-dom", page.as_uri()],
+                           capture_output=True, text=True, timeout=120).stdout
+    assert "2 of 5 filmed shown" in plain and "--all-videos" in plain and plain.count("<video") == 2
+    steps = [int(v) for v in _column(plain, "steps")]
+    assert sorted(steps, reverse=True) != steps  # else sorting would prove nothing
+    by_steps = subprocess.run([chromium(), *FLAGS, f"--user-data-dir={tmp_path / 'p'}", "--dump-dom",
+                               page.as_uri() + "#sort=-steps"], capture_output=True, text=True, timeout=120).stdout
+    assert [int(v) for v in _column(by_steps, "steps")] == sorted(steps, reverse=True)
+    assert 'data-col="steps" aria-sort="descending"' in by_steps
+    every = subprocess.run([sys.executable, "-m", "wamcore", "report", str(out), "--all-videos"],
+                           capture_output=True, text=True, timeout=120)
+    assert every.returncode == 0 and "5 of 5 filmed shown" in page.read_text()
 
 
 def test_wam_report_rewrites_the_page_of_an_earlier_run(tmp_path):
@@ -73,3 +124,17 @@ def test_wam_report_rewrites_the_page_of_an_earlier_run(tmp_path):
     assert "3/3 successes, rate 1.000" in page and "<table id='per-task'>" in page
     bad = subprocess.run([sys.executable, "-m", "wamcore", "report", str(tmp_path)], capture_output=True, text=True)
     assert bad.returncode == 2 and "not a `wam eval` output folder" in bad.stderr
+
+
+def test_video_captions_are_drawn_in_a_truetype_font():
+    from PIL import ImageFont
+
+    from wamcore.video import _font, captioned
+
+    font = _font()
+    assert isinstance(font, ImageFont.FreeTypeFont) and font.path.endswith("DejaVuSans.ttf")  # matplotlib's
+    frame = captioned(np.zeros((64, 200, 3), np.uint8), "go to the blue target and stay there for a while", "step 3")
+    banner = frame[:34, :, 0]
+    assert len(np.unique(banner)) > 20  # anti-aliased outlines; PIL's bitmap font draws two levels only
+    # a long instruction is cut with an ellipsis inside the frame, not run off its edge
+    assert banner[:, -4:].max() == 0

@@ -237,7 +237,9 @@ def _atomic_write(path: Path, data: bytes) -> None:
 class CachedModel(ModelClient):
     """A bound client whose predictions go through an :class:`ArtifactStore`: a request
     already answered is read back and never reaches the model. ``hits``/``misses`` count
-    them; ``misses`` is how often the model was called."""
+    them; ``misses`` is how often the model was called. ``episode`` (set by the caller,
+    e.g. a probe's context and its reset seed) is recorded with each new artifact: where
+    it came from, not part of its key."""
 
     def __init__(self, inner: ModelClient, store: ArtifactStore):
         if inner.contract is None:
@@ -255,6 +257,7 @@ class CachedModel(ModelClient):
         self.identity_sha256 = identity_digest(self.identity)
         self.hits = 0
         self.misses = 0
+        self.episode: Optional[dict] = None
 
     def _predict(self, request: PredictRequest) -> Prediction:
         key = request_key(self.identity_sha256, request)
@@ -274,6 +277,7 @@ class CachedModel(ModelClient):
                 "options": dict(request.options),
                 "candidate_actions": request.candidate_actions is not None,
             },
+            **({"episode": dict(self.episode)} if self.episode else {}),
         })
         return prediction
 

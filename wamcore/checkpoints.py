@@ -23,6 +23,7 @@ import contextlib
 import hashlib
 import json
 import pickle
+import re
 from pathlib import Path
 from typing import Dict, Iterator, Mapping, Optional, Union
 
@@ -70,11 +71,20 @@ class Pins:
 
     @classmethod
     def load(cls, path: Union[str, Path]) -> "Pins":
+        """The pins of a JSON file ``{"pins": {name: sha256 or null}, "source": "..."}``;
+        anything else is a CheckpointError that says what is wrong with it."""
+        expected = 'expected {"pins": {"FILE NAME": "64 hex digits of its sha256, or null"}, "source": "..."}'
         try:
             data = json.loads(Path(path).read_text())
-            return cls(files=data["pins"], source=data.get("source", ""))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise CheckpointError(f"cannot read pin file {path}: {exc}; expected {{\"pins\": {{name: sha256}}}}") from exc
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"cannot read pin file {path}: {exc}; {expected}") from exc
+        if not isinstance(data, dict) or not isinstance(data.get("pins"), dict):
+            what = "no \"pins\" object" if isinstance(data, dict) else f"a JSON {type(data).__name__}, not an object"
+            raise CheckpointError(f"pin file {path} holds {what}; {expected}")
+        for name, digest in data["pins"].items():
+            if digest is not None and not (isinstance(digest, str) and re.fullmatch(r"[0-9a-fA-F]{64}", digest)):
+                raise CheckpointError(f"pin file {path}: the pin of {name!r} is {digest!r}, not a sha256; {expected}")
+        return cls(files=data["pins"], source=str(data.get("source") or ""))
 
     def extended(self, other: Optional["Pins"]) -> "Pins":
         if other is None:

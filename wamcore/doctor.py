@@ -18,7 +18,14 @@ import attrs
 from .registry import Registry
 from .specs import Requirement
 
-CORE_DEPENDENCIES = ("numpy", "attrs", "pluggy", "click", "msgpack", "pyzmq")
+CORE_DEPENDENCIES = ("numpy", "attrs", "pluggy", "click", "msgpack", "pyzmq", "rich")
+#: wamcore's own extras: the modules each needs, and the commands that need them
+EXTRAS = {
+    "video": (("PIL", "imageio_ffmpeg"), "`wam run --video`, `wam eval --video`"),
+    "report": (("matplotlib",), "`wam report`, `wam eval --report`"),
+    "openpi": (("websockets",), "`wam serve --protocol openpi`"),
+    "ray": (("ray",), "`wam eval --executor ray`"),
+}
 
 
 @attrs.frozen
@@ -85,6 +92,11 @@ def run_checks(
     for dep in CORE_DEPENDENCIES:
         v = _version(dep)
         checks.append(DoctorCheck(f"core dependency {dep}", v is not None, v or "missing", "" if v else f"pip install {dep}"))
+    for name, (modules, commands) in EXTRAS.items():
+        missing = [m for m in modules if not module_available(m)]
+        checks.append(DoctorCheck(f"extra {name}", not missing,
+                                  f"needed by {commands}" + (f"; missing: {', '.join(missing)}" if missing else ""),
+                                  "" if not missing else f'pip install "wamcore[{name}]"', level="warning"))
     for record in registry.plugins():
         label = f"plugin {record.name}" + (f" ({record.distribution} {record.version})" if record.distribution else "")
         checks.append(
@@ -124,6 +136,23 @@ def run_checks(
     return checks
 
 
+def default_run_check(registry: Registry, platform: str, backend: Optional[str]) -> DoctorCheck:
+    """Whether plain ``wam run`` (``backend`` on ``platform``, in this process) can start
+    here: a warning, since a model may well live in its own environment behind a worker."""
+    name = "`wam run` (in this process)"
+    if backend is None:
+        return DoctorCheck(name, False, f"no installed model fits platform {platform!r}",
+                           "install a model plugin (see `wam plugins`)", level="warning")
+    spec = registry.model(backend)
+    missing = [r for r in spec.requires if not module_available(r.module)]
+    detail = f"{spec.name} on {platform}"
+    if not missing:
+        return DoctorCheck(name, True, detail)
+    return DoctorCheck(name, False, f"{detail} cannot load here: {', '.join(r.module for r in missing)} missing "
+                                    "(or run it in its own environment: --am-python)",
+                       missing[0].install_command, level="warning")
+
+
 def _plugin_checks(owner: str, doctor, options) -> List[DoctorCheck]:
     try:
         return [c if isinstance(c, DoctorCheck) else DoctorCheck(*c) for c in doctor(options)]
@@ -135,4 +164,18 @@ def failed(checks: Iterable[DoctorCheck]) -> List[DoctorCheck]:
     return [c for c in checks if not c.ok and c.level == "error"]
 
 
-__all__ = ["DoctorCheck", "run_checks", "requirement_checks", "module_available", "failed"]
+def verdict(checks: Iterable[DoctorCheck]) -> str:
+    """The last line: what failed, else what will not work, else that everything will."""
+    checks = list(checks)
+    bad = failed(checks)
+    if bad:
+        return f"{len(bad)} required check(s) failed"
+    warned = [c for c in checks if not c.ok]
+    if not warned:
+        return "all checks passed"
+    names = ", ".join(c.name for c in warned[:4]) + (", ..." if len(warned) > 4 else "")
+    return f"required checks passed; {len(warned)} warning(s), what they name will not work here: {names}"
+
+
+__all__ = ["DoctorCheck", "run_checks", "requirement_checks", "module_available", "failed", "verdict",
+           "default_run_check", "EXTRAS"]

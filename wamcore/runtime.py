@@ -195,6 +195,8 @@ def _typed(opt: Option, text: str) -> Any:
         value = {"int": int, "float": float}.get(opt.type, str)(text)
         if opt.choices and value not in [type(value)(c) for c in opt.choices]:
             raise ValueError(f"expected one of {', '.join(map(str, opt.choices))}, got {text!r}")
+        if opt.out_of_range(value):
+            raise ValueError(opt.out_of_range(value))
         return value
     except ValueError as exc:
         raise ConfigurationError(f"--am-option {opt.dest}: {exc}") from exc
@@ -205,7 +207,7 @@ _PYTHON_TYPES = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (
 
 
 def check_options(spec: ModelSpec, options: Mapping[str, Any]) -> None:
-    """Deployment options given as Python values: known names, declared types, choices."""
+    """Deployment options given as Python values: known names, declared types, choices, ranges."""
     by_dest = {o.dest: o for o in spec.options if o.deployment}
     for key, value in options.items():
         opt = by_dest.get(key)
@@ -220,6 +222,8 @@ def check_options(spec: ModelSpec, options: Mapping[str, Any]) -> None:
             if opt.choices and v not in opt.choices and str(v) not in [str(c) for c in opt.choices]:
                 raise ConfigurationError(
                     f"backend option {key!r} of {spec.name!r}: {v!r} is not one of {', '.join(map(str, opt.choices))}")
+            if opt.out_of_range(v):
+                raise ConfigurationError(f"backend option {key!r} of {spec.name!r}: {opt.out_of_range(v)}")
 
 
 def typed_options(spec: ModelSpec, strings: Mapping[str, Any]) -> Dict[str, Any]:

@@ -41,7 +41,7 @@ RESERVED_OPTION_NAMES = frozenset(
     host port token parent-watch ready-file session-ttl batch-window-ms max-batch
     max-sessions max-local-connections max-message-mb message-timeout protocol
     num-envs am-restarts skip-memory-check am-batch-window-ms executor ray-address num-model-workers report
-    cache set best-of score default-prompt max-shared-mb idle-grace""".split()
+    cache set best-of score default-prompt max-shared-mb idle-grace from""".split()
 )
 
 
@@ -81,6 +81,8 @@ class Option:
     with a borrowed worker too). ``identity=False`` declares that the option does not change
     outputs (a log folder, fault injection): it is left out of the model's identity, so
     ``wam eval --resume`` and cached artifacts (``wamcore.artifacts``) accept a change of it.
+    ``minimum``/``maximum`` bound an ``int`` or ``float`` option (inclusive), checked
+    wherever a value is parsed, so a nonsense value is refused before anything starts.
     """
 
     name: str
@@ -91,10 +93,24 @@ class Option:
     deployment: bool = True
     multiple: bool = False
     identity: bool = True
+    minimum: Optional[float] = None
+    maximum: Optional[float] = None
 
     def __attrs_post_init__(self):
         if self.type not in OPTION_TYPES:
             raise ValueError(f"option {self.name!r}: type must be one of {OPTION_TYPES}")
+        if (self.minimum is not None or self.maximum is not None) and self.type not in ("int", "float"):
+            raise ValueError(f"option {self.name!r}: minimum/maximum bound int and float options only")
+
+    def out_of_range(self, value: Any) -> Optional[str]:
+        """Why ``value`` is outside ``minimum``..``maximum``, or None."""
+        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        if self.minimum is not None and value < self.minimum:
+            return f"{value!r} is below the minimum {self.minimum:g}"
+        if self.maximum is not None and value > self.maximum:
+            return f"{value!r} is above the maximum {self.maximum:g}"
+        return None
         if self.type == "choice" and not self.choices:
             raise ValueError(f"option {self.name!r}: a choice option needs choices")
 

@@ -52,18 +52,74 @@ def _pil():
     return Image, ImageDraw, ImageFont
 
 
+_FONT_SIZE = 13
+_fonts: dict = {}
+
+
+def _font():
+    """A TrueType font a wheel already ships: matplotlib's DejaVu Sans where matplotlib is
+    installed (found without importing it), else Pillow's own (Pillow >= 10.1 with FreeType),
+    else Pillow's bitmap font as the last resort."""
+    if "font" in _fonts:
+        return _fonts["font"]
+    _, _, ImageFont = _pil()
+    import importlib.util
+
+    font = None
+    spec = importlib.util.find_spec("matplotlib")
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        path = Path(folder) / "mpl-data" / "fonts" / "ttf" / "DejaVuSans.ttf"
+        if path.is_file():
+            font = ImageFont.truetype(str(path), _FONT_SIZE)
+            break
+    if font is None:
+        try:
+            font = ImageFont.load_default(size=_FONT_SIZE)
+        except (TypeError, ImportError, OSError):  # an old Pillow, or one without FreeType
+            font = ImageFont.load_default()
+    _fonts["font"] = font
+    return font
+
+
+def _fitted(draw, text: str, font, width: int) -> str:
+    """``text`` cut with an ellipsis to ``width`` pixels."""
+    if draw.textlength(text, font=font) <= width:
+        return text
+    while text and draw.textlength(text + "…", font=font) > width:
+        text = text[:-1]
+    return text + "…"
+
+
 def captioned(frame: np.ndarray, top: str, bottom: str, colour=(255, 255, 255)) -> np.ndarray:
     """``frame`` under a black banner with two lines of text."""
-    Image, ImageDraw, ImageFont = _pil()
+    Image, ImageDraw, _ = _pil()
     h, w = frame.shape[:2]
     canvas = Image.new("RGB", (w, h + _BANNER), (0, 0, 0))
     canvas.paste(Image.fromarray(np.ascontiguousarray(frame)), (0, _BANNER))
     draw = ImageDraw.Draw(canvas)
-    font = ImageFont.load_default()
-    limit = max(8, w // 6)  # the default font is about 6 pixels a character
-    draw.text((4, 3), top if len(top) <= limit else top[: limit - 1] + "…", fill=(255, 255, 255), font=font)
-    draw.text((4, 18), bottom, fill=colour, font=font)
+    font = _font()
+    draw.text((4, 1), _fitted(draw, top, font, w - 8), fill=(255, 255, 255), font=font)
+    draw.text((4, 17), _fitted(draw, bottom, font, w - 8), fill=colour, font=font)
     return np.asarray(canvas)
+
+
+def last_frame(path: str) -> Optional[np.ndarray]:
+    """The last frame of an MP4 (the outcome: a report's poster), or None when it cannot be
+    read here (no imageio-ffmpeg, a damaged file)."""
+    try:
+        import imageio_ffmpeg
+
+        frames = imageio_ffmpeg.read_frames(str(path), pix_fmt="rgb24")
+        meta = next(frames)
+        last = None
+        for last in frames:
+            pass
+    except (ImportError, OSError, RuntimeError, StopIteration):
+        return None
+    if last is None:
+        return None
+    w, h = meta["size"]
+    return np.frombuffer(last, dtype=np.uint8).reshape(h, w, 3)
 
 
 def _padded(frame: np.ndarray) -> np.ndarray:
@@ -190,4 +246,4 @@ class EpisodeRecorder:
             pass
 
 
-__all__ = ["EpisodeRecorder", "require_video", "side_by_side", "upscale", "captioned", "VIDEO_INSTALL"]
+__all__ = ["EpisodeRecorder", "require_video", "side_by_side", "upscale", "captioned", "last_frame", "VIDEO_INSTALL"]

@@ -24,33 +24,44 @@ def artifacts():
 @_dir_argument()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per artifact (its sidecar).")
 def ls(directory, as_json):
-    """List the artifacts in DIRECTORY (default runs/artifacts), oldest first."""
+    """List the artifacts in DIRECTORY (default runs/artifacts), oldest first: key, when,
+    backend, checkpoint, kind (chunk or candidate), the episode or probe context it came
+    from and its seed, size."""
     from ..artifacts import ArtifactStore
 
     rows = sorted(ArtifactStore(directory).metadata(), key=lambda m: m.get("created", ""))
-    for m in rows:
-        if as_json:
+    if as_json:
+        for m in rows:
             click.echo(json.dumps(m))
-            continue
+        return
+    table = [("KEY", "CREATED", "BACKEND", "CHECKPOINT", "KIND", "EPISODE", "SEED", "BYTES")]
+    for m in rows:
         if "broken" in m:
-            click.echo(f"{m['key'][:16]}  {m['broken']}")
+            table.append((m["key"][:16], "broken: " + m["broken"], "", "", "", "", "", ""))
             continue
-        ident, req = m.get("identity", {}), m.get("request", {})
-        kind = "candidate" if req.get("candidate_actions") else "chunk"
-        click.echo(f"{m['key'][:16]}  {m.get('created', '?')}  {ident.get('backend')}  {str(ident.get('checkpoint'))[:24]}  "
-                   f"{kind:<9}  seed={req.get('seed')}  {m.get('bytes', 0)} B")
-    if not as_json:
-        click.echo(f"{len(rows)} artifact(s) in {directory}", err=True)
+        ident, req, episode = m.get("identity", {}), m.get("request", {}), m.get("episode") or {}
+        seed = episode.get("seed", req.get("seed"))  # a probe asks with one seed from many episodes' states
+        table.append((m["key"][:16], str(m.get("created", "?")), str(ident.get("backend")),
+                      str(ident.get("checkpoint"))[:24], "candidate" if req.get("candidate_actions") else "chunk",
+                      str(episode.get("context") or episode.get("key") or "-"), "-" if seed is None else str(seed),
+                      str(m.get("bytes", 0))))
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for r in table:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    click.echo(f"{len(rows)} artifact(s) in {directory}", err=True)
 
 
 @artifacts.command()
-@_dir_argument()
-@click.argument("key")
-def show(directory, key):
-    """Verify one artifact (KEY or a unique prefix) and print its metadata and contents."""
+@click.argument("args", nargs=-1, required=True, metavar="[DIR] KEY")
+def show(args):
+    """Verify one artifact (KEY or a unique prefix) in DIR (default runs/artifacts) and print
+    its metadata and contents."""
     from ..artifacts import ArtifactStore
     from ..contracts import Prediction
 
+    if len(args) > 2:
+        raise click.UsageError(f"expected [DIR] KEY, got {len(args)} arguments")
+    directory, key = (DEFAULT_DIR, args[0]) if len(args) == 1 else args
     store = ArtifactStore(directory)
     artifact = store.load(store.resolve(key))
     prediction = Prediction.from_wire(artifact["prediction"])

@@ -8,7 +8,9 @@ belongs to another platform or backend is refused with the name of its owner.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import click
 
@@ -80,6 +82,8 @@ def _click_option(opt: Option, *, hidden: bool, owner: str) -> click.Option:
             kwargs["type"] = click.Choice([str(c) for c in opt.choices])
         elif opt.choices and opt.type in ("int", "float"):
             kwargs["callback"] = _in_choices(opt)
+        elif opt.minimum is not None or opt.maximum is not None:
+            kwargs["type"] = (click.IntRange if opt.type == "int" else click.FloatRange)(opt.minimum, opt.maximum)
         kwargs["default"] = opt.default
         kwargs["show_default"] = opt.default is not None
     param = click.Option(decls, **kwargs)
@@ -105,7 +109,7 @@ def deployment_options() -> List[click.Option]:
     def o(*decls, **kw):
         return PrimaryFlagOption(list(decls), **kw)
 
-    return [
+    return sectioned(MODEL_WORKER, [
         o("--am-backend", "--vla-backend", "--wam-backend", "am_backend", help="Model backend id (see `wam plugins`)."),
         o("--am-endpoint", "--vla-endpoint", "--wam-endpoint", "am_endpoint",
           help="Connect to a running worker (tcp://HOST:PORT); it is never stopped by this command."),
@@ -115,24 +119,53 @@ def deployment_options() -> List[click.Option]:
           help="Python of the model's own environment: start the worker there."),
         o("--am-root", "--wam-root", "am_root", help="Working directory of a spawned worker."),
         o("--am-cuda-device", "--vla-cuda-device", "--wam-cuda-device", "am_cuda_device",
-          help="CUDA_VISIBLE_DEVICES of the model worker (overrides --cuda-device)."),
-        o("--cuda-device", "cuda_device", help="Shared default CUDA_VISIBLE_DEVICES for services started here."),
+          help="GPUs the model worker started here sees (its CUDA_VISIBLE_DEVICES); wins over --cuda-device."),
+        o("--cuda-device", "cuda_device",
+          help="Default CUDA_VISIBLE_DEVICES of every worker started here (neither flag: inherited)."),
         o("--predict-future", "predict_future", is_flag=True, default=False,
           help="Ask a locally started worker for predicted future observations and values (where supported)."),
         o("--am-option", "am_option", multiple=True, metavar="KEY=VALUE",
           help="Backend option passed to a spawned worker whose plugin is not installed here."),
-        o("--am-timeout", "am_timeout", type=float, default=None,
+        o("--am-timeout", "am_timeout", type=click.FloatRange(min=0, min_open=True), default=None,
           help="Seconds to wait for a prediction (default: the model's declared budget)."),
         o("--am-token", "am_token", envvar="WAMCORE_TOKEN", default=None,
           help="Shared token for a worker bound beyond loopback (env WAMCORE_TOKEN)."),
         o("--am-log-dir", "am_log_dir", type=click.Path(file_okay=False), default=None,
           help="Where a spawned worker writes its log (default: runs/workers)."),
-        o("--am-start-timeout", "am_start_timeout", type=float, default=None,
+        o("--am-start-timeout", "am_start_timeout", type=click.FloatRange(min=0, min_open=True), default=None,
           help="Seconds a spawned worker may take to load its model (default: 900)."),
         o("--am-batch-window-ms", "am_batch_window_ms", type=click.FloatRange(min=0), default=None,
           help="How long a spawned worker waits to batch requests from several env workers (its default: 2; "
                "0: no batching, for bit-reproducible runs of a batching model)."),
-    ]
+    ])
+
+
+# ----------------------------------------------------------------------------- --help in sections
+
+RUN = "Run"
+MODEL_WORKER = "Model worker"
+#: the order of ``--help``'s sections; plugin options follow, then anything else
+SECTIONS = (RUN, MODEL_WORKER)
+DEVICE_STORY = ("GPUs: --am-cuda-device, else --cuda-device, else the inherited CUDA_VISIBLE_DEVICES, sets which GPUs "
+                "a worker started with --am-python sees; a backend's own --device chooses where the model runs among "
+                "them; an in-process model sees this process's CUDA_VISIBLE_DEVICES.")
+
+
+def sectioned(section: str, params: Iterable[click.Parameter]) -> List[click.Parameter]:
+    """``params``, listed under ``section`` in ``--help`` (an option without one goes under
+    its command's default section)."""
+    params = list(params)
+    for p in params:
+        p.wam_section = section  # type: ignore[attr-defined]
+    return params
+
+
+def _section_of(param: click.Parameter, default: str) -> str:
+    owner = getattr(param, "wam_owner", None)
+    if owner is not None:
+        kind, name = owner.split(" ", 1)
+        return f"{'Platform' if kind == 'platform' else 'Model'} options ({name})"
+    return getattr(param, "wam_section", None) or default
 
 
 #: errors in what the user asked for: exit 2 with the command's usage line, as click's own
@@ -140,7 +173,22 @@ CONFIGURATION_ERRORS = (ConfigurationError, UnknownIdError, IncompatiblePairErro
 
 
 class WamCommand(click.Command):
-    """A ``wam`` command: a configuration error shows this command's usage line, exit 2."""
+    """A ``wam`` command: a configuration error shows this command's usage line, exit 2;
+    ``--help`` lists options by section (:func:`sectioned`)."""
+
+    default_section = "Options"
+
+    def format_options(self, ctx, formatter):
+        groups: Dict[str, list] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                groups.setdefault(_section_of(param, self.default_section), []).append(record)
+        order = [s for s in SECTIONS if s in groups] + sorted(
+            (s for s in groups if s not in SECTIONS and s != "Options"), key=lambda s: not s.startswith("Platform"))
+        for name in order + (["Options"] if "Options" in groups else []):
+            with formatter.section(f"{name} options" if name in SECTIONS else name):
+                formatter.write_dl(groups[name])
 
     def invoke(self, ctx):
         try:
@@ -156,11 +204,15 @@ class PairedCommand(WamCommand):
     options are added hidden, so that using one gives a clear error instead of
     "no such option"."""
 
+    default_section = RUN
+
     def __init__(self, *args, platform_flag: str = "--platform", platform_options: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
         self._base_params = list(self.params)
         self._platform_flag = platform_flag
         self._platform_options = platform_options
+        if not platform_options:  # `wam serve`: its own options configure the worker
+            self.default_section = MODEL_WORKER
 
     def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
         reg = _registry(ctx)
@@ -284,13 +336,84 @@ def cli():
 
 
 def _episode_options() -> List[click.Option]:
-    return [
+    return sectioned(RUN, [
         click.Option(["--platform"], default=DEFAULT_PLATFORM, show_default=True, help="Platform id."),
-        click.Option(["--seed"], type=int, default=0, show_default=True, help="Episode seed (eval: the first seed)."),
+        click.Option(["--seed"], type=click.IntRange(min=0), default=0, show_default=True,
+                     help="Episode seed (eval: the first seed)."),
         click.Option(["--instruction"], default=None, help="Override the task's instruction for every prediction."),
-        click.Option(["--max-chunks"], type=int, default=None, help="Stop after this many chunks (default: the step budget)."),
+        click.Option(["--max-chunks"], type=click.IntRange(min=1), default=None,
+                     help="Stop after this many chunks (default: the step budget)."),
         click.Option(["--json", "as_json"], is_flag=True, help="Print one JSON object instead of a summary."),
-    ]
+    ])
+
+
+# ----------------------------------------------------------------------------- checks before work
+
+
+def _nearest_existing(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def check_writable_dir(path: Optional[str], flag: str, *, given: Optional[str] = None) -> None:
+    """ConfigurationError now, before any env or worker starts, when ``path`` cannot be (or
+    be made) a directory this process writes in. Tried for real (a temporary file), since
+    permission bits say nothing for root or on a read-only mount."""
+    if path is None:
+        return
+    target, path = Path(path), given or path
+    if target.exists() and not target.is_dir():
+        raise ConfigurationError(f"{flag} {path}: it exists and is not a directory")
+    base = _nearest_existing(target)
+    if not base.is_dir():
+        raise ConfigurationError(f"{flag} {path}: {base} is a file, so no directory can be made under it")
+    try:
+        with tempfile.TemporaryFile(dir=base):
+            pass
+    except OSError as exc:
+        raise ConfigurationError(f"{flag} {path}: cannot write in {base} ({exc.strerror or exc})") from None
+
+
+def check_writable_file(path: Optional[str], flag: str, suffixes: Sequence[str] = ()) -> None:
+    """As :func:`check_writable_dir`, for a file ``path`` (and its suffix, where one is required)."""
+    if path is None:
+        return
+    target = Path(path)
+    if suffixes and target.suffix.lower() not in suffixes:
+        raise ConfigurationError(f"{flag} {path}: use a file name ending in {' or '.join(suffixes)}")
+    check_writable_dir(str(target.parent), flag, given=path)
+
+
+# ----------------------------------------------------------------------------- the command line again
+
+#: flags that say where and how a run is written, not what it computes: left out of the
+#: command recorded in config.json (and a secret never goes to disk)
+NOT_RECORDED = {"out", "resume", "overwrite", "as_json", "am_token", "from_run"}
+
+
+def command_args(ctx: click.Context, *, always: Sequence[str] = (), leave_out: Sequence[str] = ()) -> List[str]:
+    """The options given on the command line (and ``always`` those named, whatever their
+    source) as arguments that repeat them, in the command's own order."""
+    args: List[str] = []
+    for param in ctx.command.params:
+        if not isinstance(param, click.Option) or param.name in NOT_RECORDED or param.name in leave_out:
+            continue
+        value = ctx.params.get(param.name)
+        given = ctx.get_parameter_source(param.name) == click.core.ParameterSource.COMMANDLINE
+        if not (given or param.name in always) or value is None:
+            continue
+        flag = param.opts[0]
+        if param.is_flag and not param.secondary_opts:
+            if value:
+                args.append(flag)
+        elif param.is_flag:
+            args.append(flag if value else param.secondary_opts[0])
+        else:
+            for v in value if param.multiple else (value,):
+                args += [flag, str(v)]
+    return args
 
 
 def _resolve(ctx, kwargs, preflight=None) -> tuple:
@@ -331,9 +454,26 @@ def _resolve(ctx, kwargs, preflight=None) -> tuple:
             f"choose a model for platform {platform.name!r} with --am-backend "
             f"(installed models for it: {', '.join(fits) or 'none'})"
         )
+    if config.mode == "endpoint":
+        config = _borrowed(config, reg)
     _warn_ineffective(spec, config)
     checked = preflight(platform, platform_opts) if preflight is not None else None
     return reg, platform, platform_opts, config, request, checked
+
+
+def _borrowed(config, reg):
+    """``config`` naming the model a borrowed worker serves, from its hello, so that results
+    carry the model's name rather than "endpoint"; a refused or unreachable address is
+    reported here, before a simulator is built."""
+    import attrs
+
+    from ..rpc import open_remote
+
+    model = open_remote(config, registry=reg)
+    try:
+        return attrs.evolve(config, backend=model.info.backend)
+    finally:
+        model.close()
 
 
 def _warn_ineffective(spec, config) -> None:

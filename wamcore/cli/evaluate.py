@@ -4,24 +4,62 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import click
 
 from .. import __version__
 from ..errors import ConfigurationError, WamError
 from ..specs import PlatformSpec
-from .common import PairedCommand, _episode_options, _resolve, cache_option, cli, deployment_options
+from .common import (DEVICE_STORY, PairedCommand, _episode_options, _resolve, cache_option, check_writable_dir, cli,
+                     command_args, deployment_options)
 from .protocols import protocol_option, resolve_protocol
 
+#: where ``--from RUN_DIR`` finds the arguments of the run it repeats
+RECORDED = "config.json"
 
-@cli.command(name="eval", cls=PairedCommand, params=_episode_options() + deployment_options() + [
-    click.Option(["--episodes"], type=int, default=10, show_default=True,
+
+class EvalCommand(PairedCommand):
+    """``--from RUN_DIR`` stands for the arguments recorded in ``RUN_DIR/config.json``;
+    options given on the command line besides it win (``--out`` for one)."""
+
+    def parse_args(self, ctx: click.Context, args):
+        return super().parse_args(ctx, recorded_args(args, ctx))
+
+
+def recorded_args(args, ctx=None) -> list:
+    """``args`` with the recorded arguments of a ``--from RUN_DIR`` in front of them."""
+    args = list(args)
+    run_dir = None
+    for i, arg in enumerate(args):
+        if arg == "--from" and i + 1 < len(args):
+            run_dir = args[i + 1]
+        elif arg.startswith("--from="):
+            run_dir = arg.split("=", 1)[1]
+    if run_dir is None:
+        return args
+    path = Path(run_dir) / RECORDED
+    try:
+        command = json.loads(path.read_text()).get("command")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise click.UsageError(f"--from {run_dir}: cannot read {path} ({exc}); give a `wam eval` output folder", ctx)
+    if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
+        raise click.UsageError(f"--from {run_dir}: {path} records no command (a run of an older wamcore); repeat its "
+                               "options by hand (they are in that file)", ctx)
+    return command + args
+
+
+@cli.command(name="eval", cls=EvalCommand, epilog=DEVICE_STORY, params=_episode_options() + deployment_options() + [
+    click.Option(["--episodes"], type=click.IntRange(min=1), default=10, show_default=True,
                  help="Number of episodes (on LIBERO: init states per task)."),
+    click.Option(["--from", "from_run"], type=click.Path(exists=True, file_okay=False), default=None, metavar="RUN_DIR",
+                 help="Repeat the run in RUN_DIR with the arguments its config.json records (options given besides "
+                      "win; default --out: a new folder)."),
     click.Option(["--num-envs"], type=click.IntRange(min=1), default=1, show_default=True,
                  help="Simulator processes stepping in parallel, sharing one model worker (1: the env runs in "
                       "this process). See docs/evaluation.md for how to choose it."),
@@ -77,6 +115,10 @@ def eval_(ctx, **kwargs):
     executor, ray_address, num_models = kwargs.pop("executor"), kwargs.pop("ray_address"), kwargs.pop("num_model_workers")
     video, report, cache = parse_video(kwargs.pop("video")), kwargs.pop("report"), kwargs.pop("cache")
     best_of, score = kwargs.pop("best_of"), kwargs.pop("score")
+    kwargs.pop("from_run")  # its arguments were read while parsing (EvalCommand)
+    check_writable_dir(out_opt or "runs", "--out")
+    check_writable_dir(cache, "--cache")
+    check_writable_dir(kwargs.get("am_log_dir"), "--am-log-dir")
     if score and not best_of:
         raise ConfigurationError("--score chooses among candidates: it needs --best-of N")
     planning = {"best_of": best_of, "score": score or "value"} if best_of else None
@@ -121,7 +163,11 @@ def eval_(ctx, **kwargs):
         **({"planning": planning} if planning else {}),
         **({"protocol": protocol} if protocol else {}),
     }
+    command = _command(ctx, config, out, resume)
+    if command is not None:
+        run_config["command"] = command
     results = ResultsDir(out)
+    fresh = not out.exists()  # a run refused before its first record leaves no folder behind
     try:
         done = results.prepare(run_config, resume=resume, overwrite=overwrite)
     except BaseException:
@@ -163,6 +209,11 @@ def eval_(ctx, **kwargs):
         click.echo(f"interrupted: {len(records)} of {len(episodes)} episodes are in {results.episodes_path}; "
                    "rerun the same command with --resume to continue", err=True)
         ctx.exit(130)
+    except BaseException:
+        if fresh and not records:
+            results.close()
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     finally:
         progress.close()
         results.close()
@@ -173,6 +224,7 @@ def eval_(ctx, **kwargs):
         model_info=_identity(evaluation.model_info), model_identity=identity, model_restarts=evaluation.model_restarts,
         versions=_versions(reg, platform.name, config.backend, evaluation.model_info),
         finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), wall_s=round(time.perf_counter() - t0, 2), out=str(out),
+        episodes_run=len(records) - len(done), **_provenance(reg, platform.name, config.backend),
         **({"planning": planning} if planning else {}),
         **({"protocol": protocol} if protocol else {}),
     )
@@ -222,6 +274,19 @@ def default_out(platform: str, backend: str, *, resume: bool, root: Path = Path(
     return out
 
 
+def _command(ctx, config, out: Path, resume: bool) -> Optional[list]:
+    """The arguments of ``wam eval`` that repeat this run (``wam eval --from OUT``); a resumed
+    run keeps the command that started it, or none if it recorded none (config.json must
+    match on resume)."""
+    if resume and (out / RECORDED).exists():
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            return json.loads((out / RECORDED).read_text()).get("command")
+    args = command_args(ctx, always=("platform",), leave_out=("am_backend",))
+    if config.backend:  # the model's own name, where the command gave an alias or nothing
+        args[2:2] = ["--am-backend", config.backend]
+    return args
+
+
 def _requested_model(config, reg) -> dict:
     """The model as this command asks for it (checked before anything starts on --resume);
     options declared not to change outputs are left out."""
@@ -269,6 +334,19 @@ def _versions(reg, platform: str, backend, info) -> dict:
         if record is not None and record.distribution:
             out[record.distribution] = record.version
     return out
+
+
+def _provenance(reg, platform: str, backend) -> dict:
+    """The host (GPUs included) and the git revision of wamcore and of the plugins that
+    provided the platform and the model, where they are checkouts."""
+    from ..report.provenance import host, package_revisions
+
+    packages = {"wamcore": "wamcore"}
+    for kind, ident in (("platform", platform), ("model", backend)):
+        record = reg.owner(kind, ident) if ident else None
+        if record is not None and record.module:
+            packages[record.distribution or record.name] = record.module
+    return {"host": host(), "git": package_revisions(packages)}
 
 
 def _identity(info) -> Any:

@@ -7,7 +7,7 @@ import json
 import click
 
 from ..specs import normalize_id
-from .common import _parse_am_options, _registry, cli
+from .common import DEFAULT_PLATFORM, _parse_am_options, _registry, cli, default_backend
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per plugin, in a list.")
@@ -16,9 +16,10 @@ def plugins(ctx, as_json):
     """List installed plugins, what they provide, and load errors."""
     reg = _registry(ctx)
     records = reg.plugins()
+    broken = [r.name for r in records if not r.ok]
     if as_json:
         click.echo(json.dumps([r.to_json() for r in records], indent=2))
-        return
+        ctx.exit(1 if broken else 0)
     if not records:
         click.echo("No plugins installed. Try: pip install \"./plugins/pointmass[model]\"")
         return
@@ -41,6 +42,10 @@ def plugins(ctx, as_json):
             click.echo(f"  error: {r.error}")
         for p in r.problems:
             click.echo(f"  problem: {p}")
+    if broken:
+        click.echo(f"{len(broken)} plugin(s) failed to load: {', '.join(broken)} (their platforms and models are "
+                   "missing; `wam plugins --json` shows the traceback)", err=True)
+        ctx.exit(1)
 
 
 @cli.command()
@@ -54,13 +59,15 @@ def plugins(ctx, as_json):
 @click.pass_context
 def doctor(ctx, as_json, backend, platform, checkpoint, verify_hashes, am_option):
     """Check the environment, plugins, their dependencies and checkpoints."""
-    from ..doctor import failed, run_checks
+    from ..doctor import default_run_check, failed, run_checks, verdict
 
     reg = _registry(ctx)
     backend = normalize_id(reg.model(backend).name) if backend else None
     platform = normalize_id(reg.platform(platform).name) if platform else None
     checks = run_checks(reg, checkpoint=checkpoint, verify_hashes=verify_hashes, backend=backend, platform=platform,
                         extra=_parse_am_options(am_option))
+    if not (backend or platform) and DEFAULT_PLATFORM in reg.platforms():
+        checks.append(default_run_check(reg, DEFAULT_PLATFORM, default_backend(reg, DEFAULT_PLATFORM)))
     bad = failed(checks)
     if as_json:
         click.echo(json.dumps({"ok": not bad, "checks": [c.to_json() for c in checks]}, indent=2))
@@ -70,7 +77,7 @@ def doctor(ctx, as_json, backend, platform, checkpoint, verify_hashes, am_option
             click.echo(f"[{mark}] {c.name}: {c.detail}")
             if c.fix and not c.ok:
                 click.echo(f"       fix: {c.fix}")
-        click.echo("all required checks passed" if not bad else f"{len(bad)} required check(s) failed")
+        click.echo(verdict(checks))
     ctx.exit(1 if bad else 0)
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import click
 
 from .common import cli
@@ -10,9 +13,20 @@ from .common import cli
 @cli.command()
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Where to write it (default: RUN_DIR/report.html).")
-def report(run_dir, out):
-    """Write RUN_DIR/report.html for a `wam eval` output folder: what produced the results,
-    the per-task table, plots and the filmed episodes, all in one file (pip install "wamcore[report]")."""
-    from ..report.html import write_report
+@click.option("--max-videos", type=click.IntRange(min=0), default=None,
+              help="Embed at most this many filmed episodes, and 64 MB of them (default: 24); the page says how many "
+                   "it shows.")
+@click.option("--all-videos", is_flag=True, help="Embed every filmed episode, whatever their number and size.")
+def report(run_dir, out, max_videos, all_videos):
+    """Write RUN_DIR/report.html for a `wam eval` output folder: what produced the results and
+    the command that reproduces them, the per-task table, plots, every episode in a sortable
+    table, links to the raw files and the filmed episodes, all in one file
+    (pip install "wamcore[report]")."""
+    from ..report.html import MAX_VIDEOS, reproduce_command, write_report
 
-    click.echo(f"report: {write_report(run_dir, out)}")
+    path = write_report(run_dir, out, max_videos=None if all_videos else (MAX_VIDEOS if max_videos is None else max_videos))
+    config_path = Path(run_dir) / "config.json"
+    command = reproduce_command(json.loads(config_path.read_text())) if config_path.exists() else None
+    if command:
+        click.echo(f"reproduce: {command}  (or: wam eval --from {run_dir})")
+    click.echo(f"report: {path}")

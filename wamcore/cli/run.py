@@ -6,9 +6,11 @@ import json
 
 import click
 
-from .common import PairedCommand, _episode_options, _open, _resolve, cache_option, cli, deployment_options, with_cache
+from .common import (DEVICE_STORY, PairedCommand, _episode_options, _open, _resolve, cache_option, check_writable_dir,
+                     check_writable_file, cli, deployment_options, with_cache)
 
-@cli.command(cls=PairedCommand, params=_episode_options() + deployment_options() + [
+
+@cli.command(cls=PairedCommand, epilog=DEVICE_STORY, params=_episode_options() + deployment_options() + [
     click.Option(["--video"], type=click.Path(dir_okay=False), default=None,
                  help="Write the episode as .mp4 or .gif: the camera beside the predicted future frame, instruction and outcome on the frames."),
     cache_option(),
@@ -22,6 +24,9 @@ def run(ctx, **kwargs):
     """
     seed, instruction, max_chunks = kwargs.pop("seed"), kwargs.pop("instruction"), kwargs.pop("max_chunks")
     as_json, video, cache = kwargs.pop("as_json"), kwargs.pop("video"), kwargs.pop("cache")
+    check_writable_file(video, "--video", suffixes=(".mp4", ".gif"))  # not after the episode ran
+    check_writable_dir(cache, "--cache")
+    check_writable_dir(kwargs.get("am_log_dir"), "--am-log-dir")
     reg, platform, platform_opts, config, request, env = _resolve(
         ctx, kwargs, preflight=lambda p, options: p.create(**options)
     )

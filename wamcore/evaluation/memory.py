@@ -43,10 +43,15 @@ def check_num_envs(platform: PlatformSpec, num_envs: int, *, available_mb: Optio
     if num_envs > fit:
         raise ConfigurationError(
             f"--num-envs {num_envs} does not fit: each {platform.name} env process holds about "
-            f"{per_env / 1024:.1f} GB, {num_envs} need {num_envs * per_env / 1024:.1f} GB, and this machine has "
-            f"{available / 1024:.1f} GB available ({int(RESERVE * 100)}% kept in reserve): at most {fit} fit. "
+            f"{_size(per_env)}, {num_envs} need {_size(num_envs * per_env)}, and this machine has "
+            f"{_size(available)} available ({int(RESERVE * 100)}% kept in reserve): at most {fit} fit. "
             "Lower --num-envs, free memory, or pass --skip-memory-check if you know better."
         )
+
+
+def _size(mb: float) -> str:
+    """MB below a GB (a PointMass env's 60 MB is not "0.1 GB"), GB above."""
+    return f"{mb:.0f} MB" if mb < 1024 else f"{mb / 1024:.1f} GB"
 
 
 __all__ = ["available_memory_mb", "envs_that_fit", "check_num_envs"]

@@ -1,8 +1,10 @@
 """Progress of a long evaluation, on stderr.
 
-On a terminal, one line redrawn in place: a bar, episodes done, episodes running, the
-success rate so far, throughput and time left. Elsewhere (a log file, CI), one line per
-finished episode, so that a log shows what happened when.
+On a terminal, one line redrawn in place by rich: the label, a bar that takes the width
+the terminal leaves, episodes done, episodes running, the success rate so far, throughput
+and time left; it never grows past the terminal's width (text is cut with an ellipsis
+before the line would wrap). Elsewhere (a log file, CI), one line per finished episode, so
+that a log shows what happened when.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import sys
 import time
 from typing import Any, Iterable, Mapping, Optional, TextIO
 
-_BAR = 24
 _REDRAW_S = 0.1
 
 
@@ -22,10 +23,14 @@ def _clock(seconds: float) -> str:
 
 
 class Progress:
+    """``started(key)`` / ``finished(record)`` as episodes run; ``close()`` at the end.
+
+    ``width`` fixes the terminal's width (tests; default: the terminal's own)."""
+
     def __init__(self, total: int, finished: Iterable[Mapping[str, Any]] = (), *, label: str = "",
-                 stream: Optional[TextIO] = None, tty: Optional[bool] = None):
+                 stream: Optional[TextIO] = None, tty: Optional[bool] = None, width: Optional[int] = None):
         self.stream = stream if stream is not None else sys.stderr
-        self.tty = self.stream.isatty() if tty is None else tty
+        self.tty = _isatty(self.stream) if tty is None else tty
         self.total = int(total)
         self.label = label
         earlier = list(finished)
@@ -35,7 +40,28 @@ class Progress:
         self._done_here = 0
         self._t0: Optional[float] = None  # the first episode's start: model loading is not throughput
         self._drawn = 0.0
-        self._closed = False
+        self._bar = self._task = None
+        if self.tty:
+            self._open_bar(width)
+
+    def _open_bar(self, width: Optional[int]) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
+        from rich.progress import Progress as Bar
+        from rich.table import Column
+
+        console = Console(file=self.stream, force_terminal=True, width=width, highlight=False)
+        cut = dict(no_wrap=True, overflow="ellipsis")
+        self._bar = Bar(
+            TextColumn("{task.description}", table_column=Column(max_width=22, **cut)),
+            BarColumn(bar_width=None, table_column=Column(min_width=8, ratio=1)),
+            MofNCompleteColumn(table_column=Column(min_width=2 * len(str(self.total)) + 1, no_wrap=True)),
+            TextColumn("{task.fields[status]}", table_column=Column(ratio=3, **cut)),
+            console=console, auto_refresh=False, expand=True, transient=False,
+            redirect_stdout=False, redirect_stderr=False,
+        )
+        self._task = self._bar.add_task(self.label, total=self.total or None, completed=self.done, status=self._status(terminal=True))
+        self._bar.start()
 
     def started(self, key: str) -> None:
         if self._t0 is None:
@@ -59,36 +85,43 @@ class Progress:
         )
         self.stream.flush()
 
-    def _status(self) -> str:
-        rate = f"{self.successes}/{self.done} ok ({100.0 * self.successes / self.done:.1f}%)" if self.done else "0 ok"
-        parts = [rate, f"{self.running} running"]
+    def _status(self, terminal: bool = False) -> str:
+        """Success so far, running, throughput, time left; on a terminal (where the bar shows
+        what is done) the most useful first, since a narrow one cuts the end."""
+        pct = f"({100.0 * self.successes / self.done:.1f}%)" if self.done else ""
+        rate = f"{self.successes} ok {pct}" if terminal else (f"{self.successes}/{self.done} ok {pct}" if self.done else "0 ok")
+        running, speed, eta = f"{self.running} running", None, None
         elapsed = time.monotonic() - self._t0 if self._t0 is not None else 0.0
         if self._done_here and elapsed > 0:
             per_min = 60.0 * self._done_here / elapsed
             left = self.total - self.done
-            parts.append(f"{per_min:.1f} ep/min")
-            if left > 0:
-                parts.append(f"ETA {_clock(left / per_min * 60.0)}")
-        return ", ".join(parts)
+            speed = f"{per_min:.1f} ep/min"
+            eta = f"ETA {_clock(left / per_min * 60.0)}" if left > 0 else None
+        parts = [rate.strip(), eta, speed, running] if terminal else [rate, running, speed, eta]
+        return ", ".join(p for p in parts if p)
 
     def _draw(self, force: bool = False) -> None:
-        if not self.tty:
+        if self._bar is None:
             return
         now = time.monotonic()
         if not force and now - self._drawn < _REDRAW_S:
             return
         self._drawn = now
-        filled = int(_BAR * self.done / self.total) if self.total else _BAR
-        bar = "#" * filled + "-" * (_BAR - filled)
-        self.stream.write(f"\r{self.label} [{bar}] {self.done}/{self.total} {self._status()}\x1b[K")
-        self.stream.flush()
+        self._bar.update(self._task, completed=self.done, status=self._status(terminal=True))
+        self._bar.refresh()
 
     def close(self) -> None:
-        if self.tty and not self._closed:
-            self._closed = True
+        if self._bar is not None:
             self._draw(force=True)
-            self.stream.write("\n")
-            self.stream.flush()
+            self._bar.stop()
+            self._bar = None
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or wrapped stream
+        return False
 
 
 __all__ = ["Progress"]

@@ -73,6 +73,8 @@ def probe_context(env, platform: PlatformSpec, model: ModelClient, context: Prob
     now = env.observe()
 
     model.reset()
+    if hasattr(model, "episode"):  # a cache records where its artifacts came from
+        model.episode = {"context": context.name, "seed": context.reset.get("seed")}
     request = PredictRequest(observation=now, **request_args)
     own = model.predict(request)
     caps = model.info.capabilities

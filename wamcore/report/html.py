@@ -3,9 +3,12 @@
 It reads what ``wam eval`` wrote (``config.json``, ``episodes.jsonl``, ``summary.json``,
 ``videos/``) and writes a single HTML file with everything inlined (plots as SVG, videos as
 data URIs), so it can be mailed or archived as is: the run's identity (model, checkpoint
-identity, options, platform, versions, date), the per-task table, plots made with
-matplotlib (success rate per task with 95% intervals, steps to success, predicted values
-over an episode where the model predicts them) and the filmed episodes.
+identity, options, platform, versions, host and GPUs, git revisions, date, throughput) and
+the command that reproduces it, the per-task table, plots made with matplotlib (success
+rate per task with 95% intervals, steps to success, predicted values over an episode where
+the model predicts them), a sortable table of every episode, links to the raw files, and
+the filmed episodes with poster frames (the first ``max_videos``, ``MAX_VIDEOS`` unless
+told; ``None`` embeds every one).
 """
 
 from __future__ import annotations
@@ -37,7 +40,37 @@ dl.identity dt{font-weight:bold}dl.identity dd{margin:0;font-family:monospace;wo
 .videos{display:grid;grid-template-columns:repeat(auto-fill,minmax(340px,1fr));gap:1em}
 figure{margin:0}figcaption{font-size:.8em;font-family:monospace}video{width:100%}
 .ok{color:#1a7f37}.bad{color:#c62828}
+pre.command{background:#f6f8fa;padding:.6em;white-space:pre-wrap;word-break:break-all;font-size:.85em}
+table#episodes th{cursor:pointer;user-select:none}table#episodes th[aria-sort=ascending]::after{content:" \\25B2"}
+table#episodes th[aria-sort=descending]::after{content:" \\25BC"}
 """
+
+#: a click on a header sorts the episode table by that column (numbers as numbers); the
+#: page opened as ``report.html#sort=COLUMN`` (or ``-COLUMN``, descending) starts sorted
+_SORT_SCRIPT = """
+function sortEpisodes(col, desc) {
+  const table = document.getElementById('episodes'); if (!table) return;
+  const heads = Array.from(table.tHead.rows[0].cells);
+  const i = heads.findIndex(h => h.dataset.col === col); if (i < 0) return;
+  const rows = Array.from(table.tBodies[0].rows);
+  const key = r => { const v = r.cells[i].textContent; const n = parseFloat(v); return isNaN(n) ? v : n; };
+  rows.sort((a, b) => { const x = key(a), y = key(b);
+    const o = (typeof x === typeof y) ? (x < y ? -1 : x > y ? 1 : 0) : (typeof x === 'number' ? -1 : 1);
+    return desc ? -o : o; });
+  rows.forEach(r => table.tBodies[0].appendChild(r));
+  heads.forEach(h => h.removeAttribute('aria-sort'));
+  heads[i].setAttribute('aria-sort', desc ? 'descending' : 'ascending');
+}
+document.addEventListener('DOMContentLoaded', () => {
+  const table = document.getElementById('episodes'); if (!table) return;
+  Array.from(table.tHead.rows[0].cells).forEach(h => h.addEventListener('click',
+    () => sortEpisodes(h.dataset.col, h.getAttribute('aria-sort') === 'ascending')));
+  const m = location.hash.match(/^#sort=(-?)(.+)$/);
+  if (m) sortEpisodes(decodeURIComponent(m[2]), m[1] === '-');
+});
+"""
+#: the raw files of a run, linked from the report (relative: the folder can move)
+RAW_FILES = ("results.csv", "episodes.jsonl", "summary.json", "config.json", "model_identity.json")
 
 
 def _matplotlib():
@@ -130,6 +163,40 @@ def _table(summary: Mapping[str, Any]) -> str:
     return f"<table id='per-task'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
+def reproduce_command(config: Mapping[str, Any]) -> Optional[str]:
+    """The ``wam eval`` command line that repeats the run (None for a run of an older
+    wamcore, which recorded none); ``wam eval --from RUN_DIR`` does the same."""
+    command = config.get("command")
+    if not isinstance(command, list):
+        return None
+    import shlex
+
+    return shlex.join(["wam", "eval", *map(str, command)])
+
+
+def _throughput(summary: Mapping[str, Any]) -> Optional[str]:
+    ran, wall = summary.get("episodes_run"), summary.get("wall_s")
+    if not ran or not wall:
+        return None
+    return f"{3600.0 * ran / wall:.0f} episodes/hour ({ran} episodes in {wall} s, model start included)"
+
+
+def _host(summary: Mapping[str, Any]) -> Optional[str]:
+    h = summary.get("host") or {}
+    if not h:
+        return None
+    return f"{h.get('name')} ({h.get('system')}, {h.get('cpus')} CPUs, Python {h.get('python')})"
+
+
+def _gpus(summary: Mapping[str, Any]) -> Optional[str]:
+    h = summary.get("host") or {}
+    if not h:
+        return None
+    listed = "; ".join(h.get("gpus") or []) or "none found (nvidia-smi)"
+    visible = h.get("cuda_visible_devices")
+    return listed + (f"; CUDA_VISIBLE_DEVICES={visible}" if visible is not None else "")
+
+
 def _identity(config: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
     info = summary.get("model_info") or {}
     details = info.get("details") or {}
@@ -148,11 +215,15 @@ def _identity(config: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
         ("seed", summary.get("seed")),
         *_protocol_items(config.get("protocol")),
         ("versions", json.dumps(summary.get("versions") or {"wamcore": summary.get("wamcore")}, sort_keys=True)),
+        ("git revisions", json.dumps(summary.get("git") or {}, sort_keys=True)),
+        ("host", _host(summary)),
+        ("GPUs", _gpus(summary)),
         ("worker", f"{worker.get('host', '')} pid {worker.get('pid', '')} python {worker.get('python', '')}" if worker else None),
         ("executor", f"{summary.get('executor', 'local')}, {summary.get('num_envs', 1)} env(s), "
                      f"{summary.get('model_restarts', 0)} model restart(s)"),
         ("finished", summary.get("finished")),
         ("wall time", f"{summary.get('wall_s')} s"),
+        ("throughput", _throughput(summary)),
     ]
     return "<dl class='identity'>" + "".join(
         f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in items if v not in (None, "", "{}")
@@ -171,27 +242,83 @@ def _protocol_items(protocol: Optional[Mapping[str, Any]]) -> list:
     ]
 
 
-def _videos(run_dir: Path, records: List[Mapping[str, Any]]) -> str:
-    figures, total = [], 0
-    for r in records:
-        if not r.get("video") or len(figures) >= MAX_VIDEOS:
+def video_id(key: str) -> str:
+    """The element id of an episode's video (the episode table links to it)."""
+    return "video-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in key)
+
+
+def _poster(path: Path) -> str:
+    """` poster='data:image/png...'`: the video's last frame (its outcome), where it can be read."""
+    from ..video import last_frame
+
+    frame = last_frame(str(path))
+    if frame is None:
+        return ""
+    buf = io.BytesIO()
+    _matplotlib().imsave(buf, frame, format="png")
+    return f" poster='data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}'"
+
+
+def _videos(run_dir: Path, records: List[Mapping[str, Any]], max_videos: Optional[int] = MAX_VIDEOS) -> tuple:
+    """(the videos' section, the keys whose video is embedded); ``max_videos=None``: all,
+    whatever their size."""
+    figures, total, embedded = [], 0, set()
+    filmed = [r for r in records if r.get("video")]
+    for r in filmed:
+        if max_videos is not None and len(figures) >= max_videos:
             continue
         path = (run_dir / r["video"]) if not Path(r["video"]).is_absolute() else Path(r["video"])
-        if not path.exists() or total + path.stat().st_size > MAX_VIDEO_BYTES:
+        if not path.exists() or (max_videos is not None and total + path.stat().st_size > MAX_VIDEO_BYTES):
             continue
         data = path.read_bytes()
         total += len(data)
+        embedded.add(r["key"])
         verdict = "<span class='ok'>success</span>" if r.get("success") else "<span class='bad'>no success</span>"
         figures.append(
-            f"<figure><video controls muted preload='metadata' src='data:video/mp4;base64,{base64.b64encode(data).decode()}'>"
+            f"<figure id='{video_id(r['key'])}'><video controls muted preload='metadata'{_poster(path)} "
+            f"src='data:video/mp4;base64,{base64.b64encode(data).decode()}'>"
             f"</video><figcaption>{html.escape(r['key'])}: {verdict}, {r.get('steps')} steps</figcaption></figure>"
         )
     if not figures:
-        return ""
-    return f"<h2>Episodes ({len(figures)} filmed)</h2><div class='videos'>{''.join(figures)}</div>"
+        return "", embedded
+    shown = (f"{len(figures)} of {len(filmed)} filmed shown" +
+             (f"; <code>wam report RUN_DIR --all-videos</code> embeds every one" if len(figures) < len(filmed) else ""))
+    return (f"<h2 id='videos'>Episodes ({shown})</h2><div class='videos'>{''.join(figures)}</div>", embedded)
 
 
-def render(run_dir: Path) -> str:
+def _episodes(records: List[Mapping[str, Any]], embedded) -> str:
+    """Every episode, one row each, sortable by any column; a filmed episode links to its
+    video in the page (when embedded) and to its file."""
+    from .tables import label_columns
+
+    labels = label_columns(records)
+    cols = ["key", *labels, "success", "steps", "chunks", "stop_reason", "wall_s", "video"]
+    head = "".join(f"<th data-col='{c}'>{c.replace('_', ' ')}</th>" for c in cols)
+    rows = []
+    for r in records:
+        cells = [html.escape(str(r.get("key")))]
+        cells += [html.escape(str((r.get("labels") or {}).get(k, ""))) for k in labels]
+        ok = bool(r.get("success"))
+        cells.append(f"<span class='{'ok' if ok else 'bad'}'>{'yes' if ok else 'no'}</span>")
+        cells += [html.escape(str(r.get(k, ""))) for k in ("steps", "chunks", "stop_reason", "wall_s")]
+        video = r.get("video")
+        link = ""
+        if video:
+            link = f"<a href='{html.escape(str(video))}'>file</a>"
+            if r.get("key") in embedded:
+                link = f"<a href='#{video_id(r['key'])}'>watch</a> " + link
+        cells.append(link)
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return (f"<h2>Every episode ({len(records)}; click a column to sort)</h2>"
+            f"<table id='episodes'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
+def _raw_links(run_dir: Path) -> str:
+    present = [name for name in RAW_FILES if (run_dir / name).exists()]
+    return "<p id='raw'>Raw files: " + ", ".join(f"<a href='{n}'>{n}</a>" for n in present) + "</p>"
+
+
+def render(run_dir: Path, max_videos: Optional[int] = MAX_VIDEOS) -> str:
     run_dir = Path(run_dir)
     for needed in ("config.json", "episodes.jsonl"):
         if not (run_dir / needed).exists():
@@ -210,27 +337,36 @@ def render(run_dir: Path) -> str:
     headline = (f"{summary['successes']}/{summary['episodes']} successes, rate {summary['success_rate']:.3f} "
                 f"(95% CI [{lo:.3f}, {hi:.3f}])" + (f"; {planned - len(records)} of {planned} planned episodes not run"
                                                     if planned > len(records) else ""))
+    videos, embedded = _videos(run_dir, records, max_videos)
+    command = reproduce_command(config)
+    reproduce = (f"<h2>Reproduce</h2><pre class='command' id='command'>{html.escape(command)}</pre>"
+                 f"<p>or <code>wam eval --from {html.escape(str(run_dir))}</code></p>") if command else ""
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{_STYLE}</style></head>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{_STYLE}</style>
+<script>{_SORT_SCRIPT}</script></head>
 <body>
 <h1>{html.escape(title)}</h1>
 <p id="headline">{html.escape(headline)}</p>
+{_raw_links(run_dir)}
 <h2>What produced these results</h2>
 {_identity(config, summary)}
+{reproduce}
 <h2>Per task</h2>
 {_table(summary)}
 <h2>Plots</h2>
 <div class="plots">{''.join(f"<div class='plot'>{p}</div>" for p in plots)}</div>
-{_videos(run_dir, records)}
+{_episodes(records, embedded)}
+{videos}
 </body></html>
 """
 
 
-def write_report(run_dir: Path, out: Optional[Path] = None) -> Path:
+def write_report(run_dir: Path, out: Optional[Path] = None, *, max_videos: Optional[int] = MAX_VIDEOS) -> Path:
     """Write ``run_dir/report.html`` (or ``out``) and return its path."""
     out = Path(out) if out is not None else Path(run_dir) / "report.html"
-    out.write_text(render(Path(run_dir)))
+    out.write_text(render(Path(run_dir), max_videos=max_videos))
     return out
 
 
-__all__ = ["write_report", "render", "plot_success_by_task", "plot_steps", "plot_values", "REPORT_INSTALL"]
+__all__ = ["write_report", "render", "reproduce_command", "plot_success_by_task", "plot_steps", "plot_values",
+           "REPORT_INSTALL"]

@@ -12,9 +12,11 @@ describes the protocol and the lifecycle.
 
 from __future__ import annotations
 
+import errno
+import socket
 from typing import TYPE_CHECKING, Optional
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, WorkerError
 from ..specs import normalize_id
 from .client import DEFAULT_CONNECT_TIMEOUT_S, RemoteModel
 from .protocol import AccessDenied, SessionNotFound, WorkerBusy
@@ -43,6 +45,36 @@ def _check_backend(model: RemoteModel, wanted: Optional[str], registry: Optional
         )
 
 
+def check_reachable(endpoint: str, timeout_s: float) -> None:
+    """A plain TCP connect to a borrowed worker before the ZeroMQ handshake: ZeroMQ retries a
+    refused connection silently until its deadline, while the kernel says at once that
+    nothing listens there. One-shot wording: nothing here retries later."""
+    from .protocol import normalize_endpoint
+
+    endpoint = normalize_endpoint(endpoint)
+    if not endpoint.startswith("tcp://"):
+        return
+    host, _, port = endpoint[len("tcp://"):].rpartition(":")
+    host = host.strip("[]")
+    if not port.isdigit():
+        raise ConfigurationError(f"--am-endpoint {endpoint!r}: expected tcp://HOST:PORT")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except ConnectionRefusedError:
+        raise WorkerError(
+            f"nothing listens at {endpoint} (connection refused): start a worker there "
+            f"(`wam serve --am-backend NAME --platform NAME --port {port}`), or drop --am-endpoint to start one here"
+        ) from None
+    except socket.timeout:
+        raise WorkerError(
+            f"no answer from {endpoint} within {timeout_s:g} s (host down, or a firewall drops the connection): check "
+            "the address, and that the worker there listens beyond loopback (`wam serve --host ADDRESS`, with --token)"
+        ) from None
+    except OSError as exc:  # unknown name, no route to the host, network down
+        why = exc.strerror or (errno.errorcode.get(exc.errno, "") if exc.errno else "") or str(exc)
+        raise WorkerError(f"cannot reach {endpoint}: {why}; check the address given to --am-endpoint") from None
+
+
 def open_remote(config: "WorkerConfig", *, registry: Optional["Registry"] = None) -> RemoteModel:
     """Connect to the configured worker: borrowed (``endpoint``) or spawned here (``python``).
 
@@ -53,6 +85,7 @@ def open_remote(config: "WorkerConfig", *, registry: Optional["Registry"] = None
     if config.mode == ENDPOINT:
         # --am-timeout also bounds the wait for the first answer (nothing listening: say so soon)
         connect = min(DEFAULT_CONNECT_TIMEOUT_S, config.timeout_s) if config.timeout_s else DEFAULT_CONNECT_TIMEOUT_S
+        check_reachable(config.endpoint, connect)
         model = RemoteModel(config.endpoint, token=config.token, timeout_s=config.timeout_s, connect_timeout_s=connect)
         try:
             _check_backend(model, config.backend, registry)
@@ -80,6 +113,7 @@ __all__ = [
     "WorkerServer",
     "serve",
     "open_remote",
+    "check_reachable",
     "SessionNotFound",
     "AccessDenied",
     "WorkerBusy",

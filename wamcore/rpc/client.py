@@ -324,7 +324,7 @@ class RemoteModel(ModelClient):
             self._close_channel()
             raise WorkerError(
                 f"lost the connection to the worker at {self.endpoint} during {method}"
-                f"{self._exit_note()}; the next call reconnects when a worker is back"
+                f"{self._exit_note()}{self._retry_note(method)}"
             ) from exc
         except BaseException:
             self._close_channel()
@@ -369,7 +369,7 @@ class RemoteModel(ModelClient):
             if self._monitor in events and self._drain_monitor():
                 raise WorkerError(
                     f"lost the connection to the worker at {self.endpoint} during {method}"
-                    f"{self._exit_note()}; the next call reconnects when a worker is back"
+                    f"{self._exit_note()}{self._retry_note(method)}"
                 )
             if self._alive is not None and not self._alive():
                 raise WorkerError(f"the worker at {self.endpoint} exited during {method}{self._exit_note()}")
@@ -383,6 +383,13 @@ class RemoteModel(ModelClient):
             lost = lost or event == zmq.EVENT_DISCONNECTED
             self._peer_up = event == zmq.EVENT_CONNECTED
         return lost
+
+    def _retry_note(self, method: str) -> str:
+        """What happens next: a connected client reconnects by itself; a first hello that
+        lost its connection met something that is not a wamcore worker."""
+        if method == "hello" and self.session is None:
+            return "; is a wamcore worker (`wam serve`) listening at that address?"
+        return "; the next call reconnects when a worker is back"
 
     def _exit_note(self) -> str:
         if self._alive is not None and self._describe_exit is not None and not self._alive():

@@ -29,12 +29,14 @@ OPTIONS = (
     Option(
         "replan-steps",
         type="int",
+        minimum=1,
         help=f"RoboTwin: actions executed per prediction (the chunk size), at most the horizon [default: {DEFAULT_REPLAN}].",
     ),
-    Option("action-horizon", type="int", help=f"RoboTwin: actions predicted per call [default: {DEFAULT_HORIZON}]."),
+    Option("action-horizon", type="int", minimum=1, help=f"RoboTwin: actions predicted per call [default: {DEFAULT_HORIZON}]."),
     Option(
         "num-inference-steps",
         type="int",
+        minimum=1,
         help=f"RoboTwin: flow-matching denoising steps [default: {DEFAULT_INFERENCE_STEPS}].",
     ),
     Option(

@@ -24,13 +24,13 @@ OPTIONS = (
     Option("init-state", "str", None,
            help="Init state index of the task (default 0). `wam eval`: also '0-49' or 'all'; "
                 "default there: the first --episodes init states of every task."),
-    Option("resolution", "int", DEFAULT_RESOLUTION, help="Square camera resolution in pixels (both cameras)."),
+    Option("resolution", "int", DEFAULT_RESOLUTION, minimum=8, help="Square camera resolution in pixels (both cameras)."),
     Option("fast-render", "bool", False,
            help="Render without MSAA and reflections (about 2.5x faster on CPU). Changes pixels: "
                 "never compare or mix with default-render results."),
-    Option("settle-steps", "int", SETTLE_STEPS,
+    Option("settle-steps", "int", SETTLE_STEPS, minimum=0,
            help="No-op steps [0,0,0,0,0,0,-1] after loading the init state, not counted in the budget."),
-    Option("max-steps", "int", None,
+    Option("max-steps", "int", None, minimum=1,
            help="Action budget per episode (default per suite: spatial 220, object 280, goal 300, 10 520, 90 400)."),
     Option("step-budgets", "str", None,
            help="Per-suite action budgets, e.g. 'libero_spatial=400,libero_10=700' (a LIBERO-Pro suite takes its "

@@ -36,8 +36,8 @@ POINTMASS_PLATFORM = PlatformSpec(
     control=POINTMASS_CONTROL,
     make_env="wam_pointmass.env:make_env",
     options=(
-        Option("max-steps", type="int", default=DEFAULT_MAX_STEPS, help="Action budget of an episode."),
-        Option("action-noise", type="float", default=0.0,
+        Option("max-steps", type="int", default=DEFAULT_MAX_STEPS, minimum=1, help="Action budget of an episode."),
+        Option("action-noise", type="float", default=0.0, minimum=0,
                help="Std of Gaussian noise added to every command (0: deterministic physics)."),
         Option("family", type="choice", default="reach", choices=FAMILIES,
                help="Task family: reach (the original task) or pit (a pit lies across the direct route)."),
@@ -78,7 +78,7 @@ POINTMASS_WAM = ModelSpec(
     options=(
         Option("device", type="choice", default="auto", choices=("auto", "cpu", "cuda"),
                help="Where the network runs (auto: cuda when torch sees a GPU)."),
-        Option("threads", type="int", default=1,
+        Option("threads", type="int", default=1, minimum=0,
                help="CPU threads of torch (torch.set_num_threads, process-wide; 0 leaves torch's default)."),
         Option("weights-sha256", type="str", default=None,
                help="Pinned sha256 of the --am-checkpoint weights (else pins.json beside them)."),
