@@ -7,7 +7,8 @@ it succeeds):
 1. ``sim``: the ``libero-smoke`` model (no model work: the simulators' own bound), ``chunk``
    equal to the model's executed chunk;
 2. ``batched``: the model, its worker batching the envs' requests (default window);
-3. ``unbatched``: the same with ``--batch-window-ms 0``.
+3. ``unbatched``: the same with ``--batch-window-ms 0``;
+4. ``graphs`` (only when asked, ``--stages``): batched with the model's ``cuda_graphs`` option.
 
 With ``--model starwam`` a ``weights`` stage first generates full-size random StarWAM weights
 on the GPU (``wam_starwam.testweights.generate``, bf16) with a text-cache entry for the
@@ -136,7 +137,8 @@ def main(argv=None) -> None:
     sim = [*common, "--backend", "libero-smoke" if args.platform == "libero" else "random"]
     if CHUNK.get(args.model):
         sim += ["--am-option", f"chunk={CHUNK[args.model]}"]
-    argvs = {"sim": sim, "batched": model, "unbatched": [*model, "--batch-window-ms", "0"]}
+    argvs = {"sim": sim, "batched": model, "unbatched": [*model, "--batch-window-ms", "0"],
+             "graphs": [*model, "--am-option", "cuda_graphs=true"]}  # StarWAM's --cuda-graphs, batching on
     records = {}
     for name in args.stages.split(","):
         log = ["--log-dir", str(args.work / f"logs-{name}"), "--json", str(out / f"{name}.eval.json")]
@@ -150,7 +152,7 @@ def main(argv=None) -> None:
                "num_envs": args.num_envs, "max_chunks": args.max_chunks, "cpus": os.cpu_count(),
                "stages": {name: row(name) for name in records}}
     sim_row = row("sim")
-    for name in ("batched", "unbatched"):
+    for name in ("batched", "unbatched", "graphs"):
         r = row(name)
         if sim_row and r:
             per_episode = {k: x["wall_s"] / x["episodes"] for k, x in (("model", r), ("sim", sim_row))}

@@ -7,7 +7,8 @@
   Hydra-compose ``sim_robotwin``, instantiate ``cfg.model`` with the text encoder, load the
   checkpoint; each prediction is one ``model.infer_action(...)`` call with the composed image
   scaled to [-1, 1] at the model's dtype and the z-scored state, its output restored with the
-  same stats. With ``--text-cache DIR`` the model is built without the text encoder and
+  same stats. Requests of concurrent sessions are answered together by
+  ``wam_fastwam.batching.infer_action_batch`` (the same upstream modules, B observations). With ``--text-cache DIR`` the model is built without the text encoder and
   ``infer_action`` gets the instruction's precomputed ``context``/``context_mask`` from
   upstream's text-embedding cache (``wam_fastwam.text_cache``) instead of the prompt.
 
