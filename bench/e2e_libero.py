@@ -114,9 +114,12 @@ def main(argv=None) -> None:
     ap.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--stages", default="sim,batched,unbatched")
     ap.add_argument("--timeout", type=float, default=150.0, help="seconds per evaluation stage")
+    ap.add_argument("--deadline", type=float, default=None,
+                    help="seconds for the whole run: each stage gets at most what is left, less 10 s for the summary")
     ap.add_argument("--out", default="e2e-out")
     ap.add_argument("--work", default="/tmp/wam-e2e")
     args = ap.parse_args(argv)
+    started = time.monotonic()
     out, args.work = Path(args.out), Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
@@ -142,7 +145,12 @@ def main(argv=None) -> None:
     records = {}
     for name in args.stages.split(","):
         log = ["--log-dir", str(args.work / f"logs-{name}"), "--json", str(out / f"{name}.eval.json")]
-        records[name] = run_stage(name, argvs[name] + log, out, args.timeout)
+        left = args.timeout if args.deadline is None else min(args.timeout, args.deadline - (time.monotonic() - started) - 10)
+        if left <= 0:
+            records[name] = {"stage": name, "error": "skipped: the --deadline was reached"}
+            (out / f"{name}.json").write_text(json.dumps(records[name]))
+            continue
+        records[name] = run_stage(name, argvs[name] + log, out, left)
 
     def row(name):
         rows = records.get(name, {}).get("eval", {}).get("rows") or [None]
