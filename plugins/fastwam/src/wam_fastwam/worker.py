@@ -7,10 +7,11 @@
   Hydra-compose ``sim_robotwin``, instantiate ``cfg.model`` with the text encoder, load the
   checkpoint; each prediction is one ``model.infer_action(...)`` call with the composed image
   scaled to [-1, 1] at the model's dtype and the z-scored state, its output restored with the
-  same stats. Requests of concurrent sessions are answered together by
-  ``wam_fastwam.batching.infer_action_batch`` (the same upstream modules, B observations). With ``--text-cache DIR`` the model is built without the text encoder and
-  ``infer_action`` gets the instruction's precomputed ``context``/``context_mask`` from
-  upstream's text-embedding cache (``wam_fastwam.text_cache``) instead of the prompt.
+  same stats; requests of concurrent sessions are answered together by
+  ``wam_fastwam.batching.infer_action_batch`` (the same upstream modules, B observations).
+  With ``--text-cache DIR`` the model is built without the text encoder and ``infer_action``
+  gets the instruction's precomputed ``context``/``context_mask`` from upstream's
+  text-embedding cache (``wam_fastwam.text_cache``) instead of the prompt.
 
 Start-up order: the configuration, then the files (existence and pinned hashes), then the
 upstream packages, then the weights. Each failure is a typed error that says what to do.
@@ -201,8 +202,6 @@ class RoboTwinModel:
         """Several sessions' observations in one pass (:func:`wam_fastwam.batching.infer_action_batch`).
         An observation whose inputs cannot be prepared (an instruction without a text-cache
         entry) gets its own error; the others still run."""
-        import torch
-
         from .batching import infer_action_batch
 
         outs: list = [None] * len(natives)
@@ -217,14 +216,13 @@ class RoboTwinModel:
             except Exception as exc:  # that request alone fails (ModelService.predict_batch)
                 outs[i] = exc
         if items:
-            with torch.no_grad():
-                actions = infer_action_batch(
-                    self.model,
-                    images=[it[1] for it in items], contexts=[it[2] for it in items],
-                    context_masks=[it[3] for it in items], proprios=[it[4] for it in items],
-                    seeds=[it[5] for it in items], action_horizon=self.settings.action_horizon,
-                    num_inference_steps=self.settings.num_inference_steps, sigma_shift=None, rand_device="cpu",
-                )
+            actions = infer_action_batch(
+                self.model,
+                images=[it[1] for it in items], contexts=[it[2] for it in items],
+                context_masks=[it[3] for it in items], proprios=[it[4] for it in items],
+                seeds=[it[5] for it in items], action_horizon=self.settings.action_horizon,
+                num_inference_steps=self.settings.num_inference_steps, sigma_shift=None, rand_device="cpu",
+            )
             for row, it in zip(actions, items):
                 outs[it[0]] = self._restore(row)
         return outs
