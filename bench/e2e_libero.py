@@ -169,7 +169,7 @@ def main(argv=None) -> None:
     ratio = summary.get("batched_over_sim_wall_per_episode")
     if ratio is not None:
         summary["target_1_25x_met"] = ratio <= 1.25
-        summary["bound"] = "simulators" if ratio <= 1.25 else "model (GPU worker)"
+        summary["bound"] = "simulators" if ratio <= 1.25 else "the model worker"
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     print(json.dumps(summary, default=str))
 
