@@ -143,6 +143,8 @@ def main() -> None:
     ap.add_argument("--episodes-per-env", type=int, default=3)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="platform option")
     ap.add_argument("--am-option", action="append", default=[], metavar="KEY=VALUE", help="model deployment option")
+    ap.add_argument("--am-checkpoint", default=None, help="the model's checkpoint")
+    ap.add_argument("--am-python", default=sys.executable, help="the model worker's Python")
     ap.add_argument("--max-chunks", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cuda-device", default=None, help="CUDA_VISIBLE_DEVICES of the model worker")
@@ -161,7 +163,8 @@ def main() -> None:
     settings = EpisodeSettings(platform=platform.name, platform_options=platform.with_defaults(options),
                                max_chunks=args.max_chunks)
     config = WorkerConfig.from_options(
-        platform=platform.name, am_backend=spec.name, am_python=sys.executable, cuda_device=args.cuda_device,
+        platform=platform.name, am_backend=spec.name, am_python=args.am_python, am_checkpoint=args.am_checkpoint,
+        cuda_device=args.cuda_device,
         backend_options=typed_options(spec, dict(p.partition("=")[::2] for p in args.am_option)),
         log_dir=args.log_dir, batch_window_ms=args.batch_window_ms,
     )

@@ -207,3 +207,28 @@ def test_a_model_declaring_a_batch_without_a_batched_predict_is_refused(service)
 
     with pytest.raises(ConfigurationError, match="no predict_native_batch"):
         ModelService(service.spec, ModelConfig(platform="toy"), native=NoBatch())
+
+
+def test_the_batcher_dispatches_the_request_of_a_lone_session_on_arrival(service):
+    """The batcher's decision, in-process: with one session open, a predict runs the moment it
+    arrives, even under a window of a minute (``wam eval --num-envs 1`` and ``wam run`` hold
+    one session); with a second session open, the next request waits for it."""
+    from wamcore.rpc.server import WorkerServer, _Pending
+
+    server = WorkerServer(service, batch_window_s=60.0)
+    try:
+        answers = []
+
+        def enqueue(session, i):
+            server._enqueue(_Pending(i, session, PredictRequest(observation(i)), answers.append, 0.0))
+
+        a = server._hello()["session"]
+        enqueue(a, 1)
+        assert server._pending == [] and len(answers) == 1 and server._batches == {1: 1}
+        b = server._hello()["session"]
+        enqueue(a, 2)
+        assert [p.session for p in server._pending] == [a] and len(answers) == 1
+        enqueue(b, 3)
+        assert server._pending == [] and len(answers) == 3 and server._batches == {1: 1, 2: 1}
+    finally:
+        server.close()

@@ -341,7 +341,8 @@ class NativeModel(Protocol):
 
     Batching (optional): ``max_batch: int`` > 1 and
     ``predict_native_batch(native_inputs: list, requests: list) -> list`` (one native output
-    per input, in order; with ``uses_sessions`` also ``sessions=[...]``). A worker then runs
+    per input, in order, or an exception that fails that request alone; with
+    ``uses_sessions`` also ``sessions=[...]``). A worker then runs
     predictions of different sessions that arrive within ``--batch-window-ms`` as one call;
     each observation is validated on its own before, so the batch holds valid inputs only.
     A prediction alone still goes through ``predict_native``.

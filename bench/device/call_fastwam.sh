@@ -7,6 +7,7 @@
 #         hydra-core==1.3.2 omegaconf==2.3.0 boto3 botocore s3transfer jmespath termcolor pyzmq==27.3.0
 #     python3 -m pip wheel --no-deps -w .whl-fastwam antlr4-python3-runtime==4.9.3   # sdist only
 # then: run(command="bash bench/device/call_fastwam.sh", carry=[".whl-fastwam"], kind="nvidia-h200")
+#   or:  run(command="BENCH=batch bash bench/device/call_fastwam.sh", ...)   (batch 1..16, ~5 min)
 # Everything else (torch, transformers, accelerate, einops, imageio, safetensors, msgpack, ...)
 # is on the device image. Extra arguments go to the bench (default: 20 calls after 3).
 set -uo pipefail
@@ -21,4 +22,9 @@ tar xzf .whl-fastwam/fastwam-45d8e14.tar.gz -C /tmp/fw
 export PYTHONPATH="/tmp/site:$PWD:$PWD/plugins/fastwam/src:$PWD/plugins/robotwin/src:/tmp/fw/FastWAM/src"
 export WAMCORE_PLUGIN_MODULES=wam_fastwam.plugin,wam_robotwin.plugin WAMCORE_LOAD_PLUGINS=
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-python3 plugins/fastwam/bench/upstream_latency.py --out "$OUT/fastwam_h200.json" --work /tmp/fastwam-bench "$@"
+# BENCH=batch: per-observation cost at batch 1..16 (batch_latency.py) instead of worker vs direct
+if [ "${BENCH:-latency}" = batch ]; then
+    python3 plugins/fastwam/bench/batch_latency.py --out "$OUT/fastwam_batch_h200.json" --work /tmp/fastwam-bench "$@"
+else
+    python3 plugins/fastwam/bench/upstream_latency.py --out "$OUT/fastwam_h200.json" --work /tmp/fastwam-bench "$@"
+fi

@@ -7,9 +7,11 @@
   Hydra-compose ``sim_robotwin``, instantiate ``cfg.model`` with the text encoder, load the
   checkpoint; each prediction is one ``model.infer_action(...)`` call with the composed image
   scaled to [-1, 1] at the model's dtype and the z-scored state, its output restored with the
-  same stats. With ``--text-cache DIR`` the model is built without the text encoder and
-  ``infer_action`` gets the instruction's precomputed ``context``/``context_mask`` from
-  upstream's text-embedding cache (``wam_fastwam.text_cache``) instead of the prompt.
+  same stats; requests of concurrent sessions are answered together by
+  ``wam_fastwam.batching.infer_action_batch`` (the same upstream modules, B observations).
+  With ``--text-cache DIR`` the model is built without the text encoder and ``infer_action``
+  gets the instruction's precomputed ``context``/``context_mask`` from upstream's
+  text-embedding cache (``wam_fastwam.text_cache``) instead of the prompt.
 
 Start-up order: the configuration, then the files (existence and pinned hashes), then the
 upstream packages, then the weights. Each failure is a typed error that says what to do.
@@ -33,6 +35,7 @@ from wamcore.errors import CheckpointError, ConfigurationError, PredictionError,
 from wamcore.specs import ModelConfig, normalize_id
 
 from . import upstream
+from .batching import BATCH_ENTRY
 from .checkpoint_files import deployment_pins, find_dataset_stats, libero_files, robotwin_checkpoint_file, verify_files
 from .normalization import DatasetStats, load_dataset_stats
 from .rlinf_config import load_rlinf_config
@@ -45,6 +48,8 @@ FASTWAM_CONFIG_ENV = "FASTWAM_CONFIG_DIR"
 RANDOM_MARKER = "FASTWAM_RANDOM_TEST_WEIGHTS.json"
 #: the upstream call each RoboTwin prediction makes
 ROBOTWIN_ENTRY = "fastwam.models.wan22.fastwam.FastWAM.infer_action"
+#: observations one RoboTwin call may take (a worker's --max-batch lowers it)
+MAX_BATCH = 16
 
 
 def load(config: ModelConfig):
@@ -147,6 +152,8 @@ class RoboTwinModel:
         self.num_video_frames = int(num_video_frames)
         self.checkpoint = checkpoint
         self._takes_video_frames = "num_video_frames" in inspect.signature(model.infer_action).parameters
+        # the batched path composes 45d8e14's infer_action; another signature means another upstream
+        self.max_batch = 1 if self._takes_video_frames else MAX_BATCH
         self.details = {
             "path": "official",
             "upstream": upstream.FASTWAM_OFFICIAL.label,
@@ -154,21 +161,29 @@ class RoboTwinModel:
             "replan_steps": settings.replan_steps,
             "action_horizon": settings.action_horizon,
             "num_inference_steps": settings.num_inference_steps,
+            "batching": {"max_batch": self.max_batch, "entry": BATCH_ENTRY if self.max_batch > 1 else None},
         }
 
-    def predict_native(self, native: dict, request: PredictRequest) -> np.ndarray:
+    def _text(self, instruction: str) -> dict:
+        if self.text is not None:  # upstream's cached T5 embedding instead of the prompt
+            context, context_mask = self.text.context(instruction)
+            return {"prompt": None, "context": context, "context_mask": context_mask}
+        return {"prompt": self.prompt_template.format(task=instruction)}
+
+    def _proprio(self, native: dict):
         import torch
 
-        if self.text is not None:  # upstream's cached T5 embedding instead of the prompt
-            context, context_mask = self.text.context(native["instruction"])
-            text = {"prompt": None, "context": context, "context_mask": context_mask}
-        else:
-            text = {"prompt": self.prompt_template.format(task=native["instruction"])}
+        return torch.from_numpy(self.stats.state.normalize(native["state"])[None])
+
+    def predict_native(self, native: dict, request: PredictRequest) -> np.ndarray:
+        """One observation: upstream's own ``infer_action``."""
+        import torch
+
         kwargs = {
-            **text,
+            **self._text(native["instruction"]),
             "input_image": model_image(native["image"], self.model.device, self.model.torch_dtype),
             "action_horizon": self.settings.action_horizon,
-            "proprio": torch.from_numpy(self.stats.state.normalize(native["state"])[None]),
+            "proprio": self._proprio(native),
             "negative_prompt": "",
             "text_cfg_scale": 1.0,
             "num_inference_steps": self.settings.num_inference_steps,
@@ -181,12 +196,48 @@ class RoboTwinModel:
             kwargs["num_video_frames"] = self.num_video_frames
         with torch.no_grad():
             out = self.model.infer_action(**kwargs)
-        action = out["action"].detach().to(device="cpu", dtype=torch.float32).numpy()
+        return self._restore(out["action"])
+
+    def predict_native_batch(self, natives: list, requests: list) -> list:
+        """Several sessions' observations in one pass (:func:`wam_fastwam.batching.infer_action_batch`).
+        An observation whose inputs cannot be prepared (an instruction without a text-cache
+        entry) gets its own error; the others still run."""
+        from .batching import infer_action_batch
+
+        outs: list = [None] * len(natives)
+        items = []  # (index, image, context, mask, proprio, seed)
+        for i, (native, request) in enumerate(zip(natives, requests)):
+            try:
+                text = self._text(native["instruction"])
+                if text["prompt"] is not None:
+                    text["context"], text["context_mask"] = self.model.encode_prompt(text["prompt"])
+                image = model_image(native["image"], self.model.device, self.model.torch_dtype)
+                items.append((i, image, text["context"], text["context_mask"], self._proprio(native), request.seed))
+            except Exception as exc:  # that request alone fails (ModelService.predict_batch)
+                outs[i] = exc
+        if items:
+            actions = infer_action_batch(
+                self.model,
+                images=[it[1] for it in items], contexts=[it[2] for it in items],
+                context_masks=[it[3] for it in items], proprios=[it[4] for it in items],
+                seeds=[it[5] for it in items], action_horizon=self.settings.action_horizon,
+                num_inference_steps=self.settings.num_inference_steps, sigma_shift=None, rand_device="cpu",
+            )
+            for row, it in zip(actions, items):
+                outs[it[0]] = self._restore(row)
+        return outs
+
+    def _restore(self, action) -> np.ndarray:
+        """``[horizon, 14]`` in the robot's units: the shape checked, the action stats applied."""
+        import torch
+
+        shape = tuple(action.shape)
+        action = action.detach().to(device="cpu", dtype=torch.float32).numpy()
         if action.ndim == 3 and action.shape[0] == 1:
             action = action[0]
         if action.shape != (self.settings.action_horizon, ROBOTWIN_DIM):
             raise PredictionError(
-                [f"infer_action returned an action of shape {tuple(out['action'].shape)}, "
+                [f"infer_action returned an action of shape {shape}, "
                  f"expected ({self.settings.action_horizon}, {ROBOTWIN_DIM})"],
                 context="robotwin",
             )
@@ -303,6 +354,7 @@ def _random_marker(checkpoint: Path) -> Optional[dict]:
 __all__ = [
     "RANDOM_MARKER",
     "ROBOTWIN_ENTRY",
+    "MAX_BATCH",
     "load",
     "load_libero",
     "load_robotwin",

@@ -74,8 +74,11 @@ def _tokenizer(folder: Path) -> int:
     return tok.get_vocab_size()
 
 
-def generate(out, *, layers: int = 1, seed: int = 0, lingbot_root: Optional[str] = None) -> dict:
-    """Write the folders (see the module docstring); returns what was written."""
+def generate(out, *, layers: int = 1, seed: int = 0, lingbot_root: Optional[str] = None, device: str = "cpu",
+             dtype: str = "float32") -> dict:
+    """Write the folders (see the module docstring); returns what was written. ``device``/``dtype``:
+    where the modules are built and how their tensors are saved (full size: ``cuda``, ``bfloat16``,
+    the dtype the server loads them in, about 22 GB instead of 44)."""
     import torch
 
     upstream.require("generating LingBot-VA test weights")
@@ -88,17 +91,20 @@ def generate(out, *, layers: int = 1, seed: int = 0, lingbot_root: Optional[str]
     out.mkdir(parents=True, exist_ok=True)
     vocab = _tokenizer(out / "tokenizer")
     torch.manual_seed(seed)
-    parts = {
-        "transformer": WanTransformer3DModel(**transformer_config(layers)),
-        "vae": AutoencoderKLWan(**vae_config(layers)),
-        "text_encoder": UMT5EncoderModel(UMT5Config(**text_encoder_config(layers, vocab))),
+    builders = {
+        "transformer": lambda: WanTransformer3DModel(**transformer_config(layers)),
+        "vae": lambda: AutoencoderKLWan(**vae_config(layers)),
+        "text_encoder": lambda: UMT5EncoderModel(UMT5Config(**text_encoder_config(layers, vocab))),
     }
     counts = {}
-    for name, model in parts.items():
+    for name, build in builders.items():  # one at a time: a full-size part is 10-23 GB
+        with torch.device(device):
+            model = build().to(getattr(torch, dtype))
         model.save_pretrained(str(out / name), safe_serialization=True)
         counts[name] = sum(p.numel() for p in model.parameters())
+        del model
     marker = {"random": True, "generator": "wam_lingbot_va.testweights", "upstream": upstream.LABEL, "seed": seed,
-              "layers": layers, "parameters": counts,
+              "layers": layers, "device": device, "dtype": dtype, "parameters": counts,
               "warning": "random weights: for plumbing tests and latency only, never a real LingBot-VA checkpoint"}
     (out / RANDOM_MARKER).write_text(json.dumps(marker, indent=1))
     return {"folder": str(out), "parameters": counts}

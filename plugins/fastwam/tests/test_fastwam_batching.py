@@ -1,0 +1,88 @@
+"""Fast-WAM's batched RoboTwin inference through a spawned worker, no stand-in at the model.
+
+``fastwam_batch_driver.py`` spawns a ``wam serve`` worker in the model environment
+``.venv-fastwam`` (FastWAM 45d8e14, reduced-depth random weights from its own classes, the
+text cache, 2 denoising steps) and sends: five requests one at a time (a lone session runs
+upstream's ``FastWAM.infer_action``), then the same requests from 2 and from 5 concurrent
+sessions (one ``predict_native_batch`` each, ``wam_fastwam.batching.infer_action_batch``), then
+a batch holding a valid request, a NaN state and an instruction without a text-cache entry.
+Without the model environment these tests fail, they are not skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from wam_fastwam.batching import BATCH_ENTRY
+from wam_fastwam.worker import MAX_BATCH
+
+from test_fastwam_real_upstream import FASTWAM_PYTHON, VENV, require_model_environment
+from fastwam_batch_driver import CASES, MISSING
+
+HERE = Path(__file__).resolve().parent
+#: batched against alone, per request (restored actions, magnitude ~1); CPU bf16 gave 0.0
+TOLERANCE = 1e-5
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> dict:
+    require_model_environment()
+    tmp = tmp_path_factory.mktemp("fastwam_batching")
+    args = {"fastwam_python": FASTWAM_PYTHON, "weights_root": str(VENV / "test-weights"), "log_dir": str(tmp / "logs")}
+    (tmp / "args.json").write_text(json.dumps(args))
+    env = {k: v for k, v in os.environ.items() if k != "DIFFSYNTH_MODEL_BASE_PATH"}
+    proc = subprocess.run([sys.executable, str(HERE / "fastwam_batch_driver.py"), str(tmp / "args.json"),
+                           str(tmp / "out.json")], env=env, capture_output=True, text=True, timeout=1800)
+    logs = "".join(p.read_text()[-3000:] for p in sorted((tmp / "logs").glob("*")) if p.is_file())
+    assert proc.returncode == 0, f"{proc.stderr[-4000:]}\nworker log:\n{logs}"
+    return json.loads((tmp / "out.json").read_text())
+
+
+def actions(entry: dict) -> np.ndarray:
+    assert "actions" in entry, entry
+    return np.asarray(entry["actions"])
+
+
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_batched_equals_unbatched_per_request(run, n):
+    """Each session's chunk in a batch of n is its chunk alone; 1 is the lone session's
+    request, which the worker runs through upstream's own ``infer_action``."""
+    alone = [actions(e) for e in run["alone"]]
+    assert all(a.shape == (8, 14) and np.isfinite(a).all() for a in alone)
+    batch = run["alone"][:1] if n == 1 else run[f"batch{n}"]
+    assert len(batch) == n
+    for i, entry in enumerate(batch):
+        assert entry["batch_size"] == (None if n == 1 else n)  # one native call served the n sessions
+        np.testing.assert_allclose(actions(entry), alone[i], rtol=0, atol=TOLERANCE)
+
+
+def test_each_request_draws_its_noise_from_its_own_seed(run):
+    alone = [actions(e) for e in run["alone"]]
+    assert CASES[0][0] == CASES[3][0] and CASES[0][1] != CASES[3][1]  # one observation, two seeds
+    assert not np.allclose(alone[0], alone[3], atol=1e-3)  # the seed changes the chunk ...
+    batch5 = [actions(e) for e in run["batch5"]]
+    assert not np.allclose(batch5[0], batch5[3], atol=1e-3)  # ... in a batch too, row by row
+    assert len({a.tobytes() for a in alone}) == len(alone)
+
+
+def test_a_malformed_observation_in_a_batch_fails_only_its_own_request(run):
+    valid, nan, missing = run["mixed"]
+    np.testing.assert_allclose(actions(valid), actions(run["alone"][0]), rtol=0, atol=TOLERANCE)
+    assert nan["error"] == "ObservationError" and "NaN or inf" in nan["message"]
+    assert missing["error"] == "CheckpointError" and repr(MISSING) in missing["message"]  # failed inside the model's batch
+    assert valid["batch_size"] == 2  # the NaN one never reached the model; the missing entry failed alone in it
+
+
+def test_the_identity_records_batching(run):
+    details = run["details"]
+    assert details["batching"] == {"max_batch": MAX_BATCH, "entry": BATCH_ENTRY}
+    assert details["entry"] == "fastwam.models.wan22.fastwam.FastWAM.infer_action"  # a lone request's entry
+    assert run["health"]["max_batch"] == MAX_BATCH and run["health"]["window_ms"] == 60000
+    assert run["health"]["sizes"] == {"1": 5, "2": 1, "3": 1, "5": 1}  # the mixed group of 3 reached the model as 2
