@@ -15,6 +15,8 @@ from typing import Any, Iterable, List, Mapping, Optional
 
 import attrs
 
+from .errors import WamError
+from .hub import doctor_rows
 from .registry import Registry
 from .specs import Requirement
 
@@ -97,6 +99,11 @@ def run_checks(
         )
         for problem in record.problems:
             checks.append(DoctorCheck(label, False, problem, level="warning"))
+    # downloaded checkpoints of the plugins' pins; a named or hub --am-checkpoint becomes its folder
+    hub_rows, folder = doctor_rows(registry.models(), backend=backend and _model_name(registry, backend),
+                                   checkpoint=checkpoint, verify_hashes=verify_hashes)
+    checks += [DoctorCheck(*row) for row in hub_rows]
+    checkpoint = folder or checkpoint
     # what plugin doctors see: the checkpoint, whether to hash it, which backend/platform the
     # user asked about (``strict``: that backend's problems are errors, not warnings), and any
     # backend or platform options given on the command line
@@ -122,6 +129,13 @@ def run_checks(
         if spec.doctor is not None:
             checks += _plugin_checks(f"model {name}", spec.doctor, options)
     return checks
+
+
+def _model_name(registry: Registry, backend: str) -> Optional[str]:
+    try:
+        return registry.model(backend).name
+    except WamError:
+        return None
 
 
 def _plugin_checks(owner: str, doctor, options) -> List[DoctorCheck]:

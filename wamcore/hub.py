@@ -1,0 +1,221 @@
+"""Fetch pinned checkpoints from Hugging Face (``huggingface_hub``) or ModelScope (``modelscope``).
+
+Only the files a variant needs are fetched (``allow_patterns``), into the hub library's own
+cache (``HF_HUB_CACHE``/``HF_HOME``; ModelScope's ``MODELSCOPE_CACHE``), with its progress bars
+and its resume of a broken transfer (a ``Range`` request). Before a download the revision is
+resolved on the hub (``GET /api/models/{repo}/revision/{rev}``) and must be the pinned commit;
+after it every file is checked by :func:`wamcore.weights.verify_folder`. With
+``HF_HUB_OFFLINE=1`` (or ``MODELSCOPE_OFFLINE=1``, or no network) only the cache is read, and a
+checkpoint that is not there is a :class:`WeightsUnavailableError` naming the command to run
+where the network is. The hub clients are imported here, lazily: ``pip install "wamcore[hub]"``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Tuple
+
+import attrs
+
+from .errors import CheckpointError, ConfigurationError, DependencyNotInstalled, WeightsUnavailableError
+from .specs import ModelConfig, ModelSpec
+from .weights import UserPins, Verified, WeightsPin, check_revision, parse_ref, verify_folder
+
+INSTALL = {"hf": 'pip install "wamcore[hub]"  (huggingface_hub)', "ms": "pip install modelscope"}
+_OFFLINE_ENV = {"hf": ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"), "ms": ("MODELSCOPE_OFFLINE",)}
+
+
+def offline(hub: str) -> bool:
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on") for v in _OFFLINE_ENV[hub])
+
+
+def pull_command(pin: WeightsPin) -> str:
+    return f"wam weights pull {pin.name if '://' not in pin.name else pin.ref}"
+
+
+def _unavailable(pin: WeightsPin, why: str) -> WeightsUnavailableError:
+    cache = "HF_HUB_CACHE (or HF_HOME)" if pin.hub == "hf" else "MODELSCOPE_CACHE"
+    return WeightsUnavailableError(
+        f"{pin.name} ({pin.ref}) is not on this machine and cannot be fetched here: {why}.\n"
+        f"Where the network is, run: {pull_command(pin)}\n"
+        f"then use that hub cache here (the same {cache}), or pass --am-checkpoint the downloaded folder."
+    )
+
+
+def _client(hub: str):
+    try:
+        if hub == "hf":
+            import huggingface_hub
+
+            return huggingface_hub
+        from modelscope.hub import snapshot_download as ms_snapshot
+
+        return ms_snapshot
+    except ImportError as exc:
+        raise DependencyNotInstalled(
+            "huggingface_hub" if hub == "hf" else "modelscope", INSTALL[hub], f"fetching {HUBS_NAME[hub]} weights"
+        ) from exc
+
+
+HUBS_NAME = {"hf": "Hugging Face", "ms": "ModelScope"}
+
+
+def resolve_revision(pin: WeightsPin) -> str:
+    """The commit ``pin.revision`` names on the hub now (Hugging Face's revision route).
+
+    ModelScope's client resolves revisions itself: a full sha is taken as it is."""
+    if pin.hub == "ms":
+        if not pin.pinned:
+            raise ConfigurationError(f"{pin.name}: ModelScope weights are fetched by full commit sha only (got {pin.revision!r})")
+        return pin.revision
+    hf = _client("hf")
+    return hf.HfApi().repo_info(pin.repo, revision=pin.revision).sha
+
+
+def _snapshot(pin: WeightsPin, *, local_only: bool, force: bool) -> Path:
+    """The hub client's snapshot folder for ``pin`` (downloading what is missing unless ``local_only``)."""
+    patterns = list(pin.allow_patterns) if pin.allow_patterns is not None else None
+    if pin.hub == "hf":
+        hf = _client("hf")
+        return Path(hf.snapshot_download(pin.repo, revision=pin.revision, allow_patterns=patterns,
+                                         local_files_only=local_only, force_download=force))
+    ms = _client("ms")
+    return Path(ms.snapshot_download(pin.repo, revision=pin.revision, allow_patterns=patterns, local_files_only=local_only))
+
+
+def _is_network_error(exc: BaseException) -> bool:
+    """The hub client could not reach the hub (and the files are not cached)."""
+    names = {c.__name__ for c in type(exc).__mro__}
+    return bool(names & {"LocalEntryNotFoundError", "OfflineModeIsEnabled", "ConnectError", "ConnectionError",
+                         "ConnectTimeout", "TimeoutException"})
+
+
+def fetch(pin: WeightsPin, *, force: bool = False, user: Optional[UserPins] = None) -> Verified:
+    """``pin``'s files in the hub cache, downloaded where missing, each verified.
+
+    Offline, only the cache is read; a branch or tag then needs the commit recorded at its
+    first fetch."""
+    user = user or UserPins.load()
+    if offline(pin.hub):
+        commit = pin.revision if pin.pinned else user.revisions.get(f"{pin.hub}://{pin.repo}@{pin.revision}")
+        if commit is None:
+            raise _unavailable(pin, f"{pin.revision!r} was never fetched here, and {_OFFLINE_ENV[pin.hub][0]}=1")
+        exact = pin.at(commit)
+        try:
+            folder = _snapshot(exact, local_only=True, force=False)
+        except Exception as exc:
+            if _is_network_error(exc) or isinstance(exc, FileNotFoundError):
+                raise _unavailable(pin, f"not in the hub cache, and {_OFFLINE_ENV[pin.hub][0]}=1") from exc
+            raise
+        return verify_folder(exact, folder, user)
+    try:
+        commit = check_revision(pin, resolve_revision(pin), user)
+        exact = pin.at(commit)
+        folder = _snapshot(exact, local_only=False, force=force)
+    except Exception as exc:
+        if _is_network_error(exc):
+            raise _unavailable(pin, f"the hub cannot be reached ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from exc
+        raise
+    return verify_folder(exact, folder, user)
+
+
+def cached(pin: WeightsPin) -> Optional[Path]:
+    """The snapshot folder of a pinned ``pin`` if its hub client has one, else ``None`` (no network)."""
+    if not pin.pinned:
+        return None
+    try:
+        return _snapshot(pin, local_only=True, force=False)
+    except Exception:
+        return None
+
+
+# ------------------------------------------------------------------ --am-checkpoint NAME / hf:// / ms://
+
+
+def find_pin(spec: ModelSpec, value: str) -> Optional[WeightsPin]:
+    """The pin ``value`` names for ``spec``: ``hf://``/``ms://`` (a declared pin of the same repo
+    and commit keeps its file list and hashes), one of the plugin's names, or ``None`` (a path)."""
+    declared = tuple(getattr(spec, "weights", ()) or ())
+    adhoc = parse_ref(value)
+    if adhoc is not None:
+        same = [p for p in declared if (p.hub, p.repo, p.revision) == (adhoc.hub, adhoc.repo, adhoc.revision)]
+        return same[0] if len(same) == 1 else adhoc
+    for pin in declared:
+        if pin.name.lower() == value.strip().lower():
+            return pin
+    return None
+
+
+def _looks_like_name(value: str, spec: ModelSpec) -> bool:
+    return not os.path.exists(value) and "/" not in value and bool(getattr(spec, "weights", ()))
+
+
+def resolve_config(spec: ModelSpec, config: ModelConfig) -> Tuple[ModelConfig, Mapping[str, Any]]:
+    """``config`` with ``--am-checkpoint`` (and any option naming a pin of that option) replaced
+    by the verified local folder, and what was resolved, for the model's identity."""
+    resolved = {}
+    values = {"checkpoint": config.checkpoint, **{k: v for k, v in config.options.items() if isinstance(v, str)}}
+    updates = {}
+    for key, value in values.items():
+        if not value or os.path.exists(str(value)):
+            continue
+        pin = find_pin(spec, str(value))
+        if pin is None:
+            if key == "checkpoint" and _looks_like_name(str(value), spec):
+                names = ", ".join(p.name for p in spec.weights)
+                raise ConfigurationError(
+                    f"--am-checkpoint {value!r} is neither a path nor one of {spec.name}'s checkpoints ({names}); "
+                    "see `wam weights ls`"
+                )
+            continue
+        if pin.option != key and "://" not in str(value):
+            use = f"for --{pin.option.replace('_', '-')}" if pin.option else f"fetched with `{pull_command(pin)}` ({pin.description})"
+            raise ConfigurationError(f"{pin.name} is {use}, not a value of --{key.replace('_', '-')}")
+        verified = fetch(pin)
+        resolved[key] = verified.identity()
+        updates[key] = str(verified.folder)
+    if not updates:
+        return config, {}
+    options = {k: updates.get(k, v) for k, v in config.options.items()}
+    return attrs.evolve(config, checkpoint=updates.get("checkpoint", config.checkpoint), options=options), resolved
+
+
+def all_pins(specs: Mapping[str, ModelSpec]) -> Iterable[Tuple[str, WeightsPin]]:
+    for name, spec in sorted(specs.items()):
+        for pin in getattr(spec, "weights", ()) or ():
+            yield name, pin
+
+
+def doctor_rows(specs: Mapping[str, ModelSpec], *, backend: Optional[str], checkpoint: Optional[str],
+                verify_hashes: bool) -> Tuple[list, Optional[str]]:
+    """``wam doctor`` rows (name, ok, detail, fix, level) for every pinned checkpoint in the hub
+    cache, checked against its pins (sha256 with ``verify_hashes``, else presence and sizes),
+    and the local folder ``checkpoint`` names when it is one of ``backend``'s (cache only:
+    the doctor never downloads)."""
+    rows, folder = [], None
+    user = UserPins.load()
+    asked = find_pin(specs[backend], checkpoint) if backend in specs and checkpoint and not os.path.exists(checkpoint) else None
+    pins = [(m, p) for m, p in all_pins(specs) if backend is None or m == backend]
+    if asked is not None and asked not in [p for _, p in pins]:
+        pins.append((backend, asked))
+    for model, pin in pins:
+        local = cached(pin) if pin.pinned else None
+        label = f"model {model}: weights {pin.name}"
+        if local is None:
+            if pin is asked:
+                rows.append((label, False, f"{pin.ref} is not in the hub cache", pull_command(pin), "error"))
+            continue
+        try:
+            verified = verify_folder(pin, local, user, hash_files=verify_hashes)
+        except CheckpointError as exc:
+            rows.append((label, False, str(exc), f"{pull_command(pin)} --force", "error"))
+            continue
+        how = f"{len(verified.hashes)} files sha256-verified" if verify_hashes else "files present, sizes checked (--verify-hashes hashes them)"
+        rows.append((label, True, f"{pin.ref} at {local}: {how}", "", "error"))
+        if pin is asked:
+            folder = str(local)
+    return rows, folder
+
+
+__all__ = ["doctor_rows", "fetch", "cached", "offline", "resolve_revision", "resolve_config", "find_pin", "all_pins", "pull_command"]
