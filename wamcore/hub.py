@@ -20,7 +20,7 @@ import attrs
 
 from .errors import CheckpointError, ConfigurationError, DependencyNotInstalled, WeightsUnavailableError
 from .specs import ModelConfig, ModelSpec
-from .weights import UserPins, Verified, WeightsPin, check_revision, parse_ref, verify_folder
+from .weights import UserPins, Verified, WeightsPin, check_revision, matches, parse_ref, verify_folder
 
 INSTALL = {"hf": 'pip install "wamcore[hub]"  (huggingface_hub)', "ms": "pip install modelscope"}
 _OFFLINE_ENV = {"hf": ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"), "ms": ("MODELSCOPE_OFFLINE",)}
@@ -113,11 +113,22 @@ def fetch(pin: WeightsPin, *, force: bool = False, user: Optional[UserPins] = No
         commit = check_revision(pin, resolve_revision(pin), user)
         exact = pin.at(commit)
         folder = _snapshot(exact, local_only=False, force=force)
+        published = published_sha256(exact)
     except Exception as exc:
         if _is_network_error(exc):
             raise _unavailable(pin, f"the hub cannot be reached ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from exc
         raise
-    return verify_folder(exact, folder, user)
+    return verify_folder(exact, folder, user, published=published)
+
+
+def published_sha256(pin: WeightsPin) -> dict:
+    """The sha256 the hub publishes for ``pin``'s files: Hugging Face lists one per LFS file in
+    its tree at the commit (``GET /api/models/{repo}/tree/{sha}``); ModelScope none."""
+    if pin.hub != "hf":
+        return {}
+    hf = _client("hf")
+    tree = hf.HfApi().list_repo_tree(pin.repo, revision=pin.revision, recursive=True)
+    return {f.path: f.lfs.sha256 for f in tree if getattr(f, "lfs", None) is not None and matches(f.path, pin.allow_patterns)}
 
 
 def cached(pin: WeightsPin) -> Optional[Path]:

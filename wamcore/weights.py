@@ -201,13 +201,17 @@ def present_files(folder: Path, patterns: Optional[Iterable[str]]) -> List[str]:
     return out
 
 
-def verify_folder(pin: WeightsPin, folder: Path, user: UserPins, *, hash_files: bool = True) -> Verified:
+def verify_folder(pin: WeightsPin, folder: Path, user: UserPins, *, published: Optional[Mapping[str, str]] = None,
+                  hash_files: bool = True) -> Verified:
     """Check every file of a downloaded ``pin`` in ``folder``: the pinned ones present, each
-    against the plugin's hash, else the user's recorded one; files nobody pinned yet are
-    recorded in the user's pin file. One error naming every bad file. ``hash_files=False``
-    checks presence and sizes only (and records nothing)."""
+    against the plugin's sha256, else the one the hub publishes (``published``: Hugging Face's
+    LFS sha256), else the one recorded in the user's pin file. Hashes not yet recorded are
+    recorded there; ``Verified.recorded`` names those nobody had published (trusted on first
+    download). One error naming every bad file. ``hash_files=False`` checks presence and
+    sizes only (and records nothing)."""
     folder = Path(folder)
     recorded = user.files(pin.ref)
+    published = dict(published or {})
     declared = {f.path: f for f in pin.files}
     names = sorted(set(present_files(folder, pin.allow_patterns)) | set(declared))
     problems: List[str] = []
@@ -228,14 +232,16 @@ def verify_folder(pin: WeightsPin, folder: Path, user: UserPins, *, hash_files: 
         if not hash_files:
             continue
         digest = sha256_file(path)
-        expected = want.sha256 or mine.get("sha256")
+        expected, origin = next(((h, o) for h, o in ((want.sha256, f"the {pin.name} pin"),
+                                                      (published.get(name), f"the hub's published sha256 at {pin.revision[:7]}"),
+                                                      (mine.get("sha256"), f"your pin file {user.path}")) if h),
+                                (None, ""))
         if expected and digest != expected.lower():
-            origin = f"the {pin.name} pin" if want.sha256 else f"your pin file {user.path}"
             problems.append(f"{name}: sha256 {digest} does not match {expected} ({origin})")
             continue
         hashes[name] = digest
-        if not expected:
-            new[name] = {"sha256": digest, "size": actual_size}
+        if not want.sha256 and not mine:
+            new[name] = {"sha256": digest, "size": actual_size, "from": "hub" if expected else "first download"}
     if problems:
         raise WeightsMismatchError(
             f"{pin.ref} in {folder} is not the pinned checkpoint:\n" + "\n".join(f"  - {p}" for p in problems)
@@ -243,7 +249,7 @@ def verify_folder(pin: WeightsPin, folder: Path, user: UserPins, *, hash_files: 
         )
     if new:
         user.record(pin.ref, new)
-    return Verified(pin, folder, hashes, tuple(sorted(new)))
+    return Verified(pin, folder, hashes, tuple(sorted(n for n, e in new.items() if e["from"] == "first download")))
 
 
 __all__ = [

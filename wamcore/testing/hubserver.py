@@ -1,6 +1,7 @@
 """A local HTTP server speaking the Hugging Face Hub's file routes as ``huggingface_hub`` calls
 them (read from its ``file_download.py``, ``_snapshot_download.py``, ``hf_api.py`` and
-``utils/_http.py``), for tests with ``HF_ENDPOINT`` pointed at it:
+``utils/_http.py``, 1.x and 2.x), for tests of pinned weights (``ModelSpec.weights``) with
+``HF_ENDPOINT`` pointed at it. Standard library only:
 
 * ``GET /api/models/{repo}/revision/{rev}``: ``{"id", "sha", "siblings": [{"rfilename", "size",
   "blobId", "lfs"}]}`` (``HfApi.repo_info``);
@@ -16,9 +17,11 @@ them (read from its ``file_download.py``, ``_snapshot_download.py``, ``hf_api.py
 Behaviour comes from a JSON file re-read on every request, so a test changes it while the
 server runs: ``repos`` ({repo: {"refs": {name: sha}, "commits": {sha: folder}}}), ``cut``
 ({file: bytes}: the first GET of that file sends that many bytes of it and closes the
-connection) and ``resolve`` ({"repo@rev": sha}: what the revision route answers instead).
-Every request is appended to ``log`` (one JSON object a line). Run:
-``python helpers_hub.py CONFIG`` prints ``PORT`` once listening on 127.0.0.1.
+connection), ``resolve`` ({"repo@rev": sha}: what the revision route answers instead) and
+``tamper`` ([file, ...]: served with its last byte changed, while the tree listing keeps the
+original's sha256, as a mirror serving a changed file would). Every request is appended to
+``log`` (one JSON object a line). :class:`HubServer` runs it in its own process
+(``python -m wamcore.testing.hubserver CONFIG`` prints the port once listening on 127.0.0.1).
 """
 
 from __future__ import annotations
@@ -119,6 +122,8 @@ class Handler(BaseHTTPRequestHandler):
         headers = [("X-Repo-Commit", sha), ("ETag", f'"{git_blob_sha1(data)}"'), ("Accept-Ranges", "bytes")]
         if len(data) > LFS_OVER:
             headers += [("X-Linked-Etag", f'"{hashlib.sha256(data).hexdigest()}"'), ("X-Linked-Size", str(len(data)))]
+        if name in cfg.get("tamper", []):
+            data = data[:-1] + bytes([data[-1] ^ 0xFF])
         start = 0
         rng = self.headers.get("Range")
         if self.command == "GET" and rng and rng.startswith("bytes="):
@@ -169,9 +174,10 @@ class HubServer:
         self.workdir = Path(workdir)
         self.config_path = self.workdir / "hub.json"
         self.log_path = self.workdir / "hub-requests.log"
-        self.config = {"repos": {}, "cut": {}, "resolve": {}, "log": str(self.log_path)}
+        self.config = {"repos": {}, "cut": {}, "resolve": {}, "tamper": [], "log": str(self.log_path)}
         self.save()
-        self.proc = subprocess.Popen([sys.executable, __file__, str(self.config_path)], stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen([sys.executable, "-m", "wamcore.testing.hubserver", str(self.config_path)],
+                                     stdout=subprocess.PIPE, text=True)
         self.port = int(self.proc.stdout.readline())
         self.endpoint = f"http://127.0.0.1:{self.port}"
 
@@ -186,6 +192,7 @@ class HubServer:
 
     def configure(self, **changes):
         self.config = {**json.loads(self.config_path.read_text()), **changes}
+        self.log_path.unlink(missing_ok=True)  # the log starts again with the new behaviour
         self.save()
 
     def requests(self) -> list:
@@ -209,6 +216,9 @@ def main(config: str) -> None:
     server.timeout = 1
     while time.time() < deadline and os.getppid() != 1:  # ends with the test session that started it
         server.handle_request()
+
+
+__all__ = ["HubServer", "git_blob_sha1"]
 
 
 if __name__ == "__main__":
