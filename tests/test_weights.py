@@ -146,4 +146,4 @@ def test_wam_upstream_install_prints_the_archive_or_git_commands(tmp_path):
     assert "git -C /env/src/StarWAM fetch -q --depth 1 https://github.com/shaohua-pan/StarWAM " \
            "a7b05c8da8f8c88bf4888aa737b938af3b67ab48" in git and "/env/bin/python -m pip install -e /env/src/StarWAM" in git
     local = subprocess.run(wam + ["--archives", str(archives)], capture_output=True, text=True, check=True).stdout
-    assert f"tar xzf {archives}/starwam-a7b05c8.tar.gz -C /env/src" in local and "git" not in local.split("\n", 1)[1]
+    assert f"tar xzf {archives}/starwam-a7b05c8.tar.gz -C /env/src" in local and "git " not in local.split("\n", 1)[1]

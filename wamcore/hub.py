@@ -12,6 +12,7 @@ where the network is. The hub clients are imported here, lazily: ``pip install "
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Tuple
@@ -20,9 +21,10 @@ import attrs
 
 from .errors import CheckpointError, ConfigurationError, DependencyNotInstalled, WeightsUnavailableError
 from .specs import ModelConfig, ModelSpec
-from .weights import UserPins, Verified, WeightsPin, check_revision, matches, parse_ref, verify_folder
+from .weights import HUBS, UserPins, Verified, WeightsPin, check_revision, matches, parse_ref, verify_folder
 
-INSTALL = {"hf": 'pip install "wamcore[hub]"  (huggingface_hub)', "ms": "pip install modelscope"}
+INSTALL = {"hf": 'pip install "wamcore[hub]"', "ms": "pip install modelscope"}
+_MODULE = {"hf": "huggingface_hub", "ms": "modelscope.hub.snapshot_download"}
 _OFFLINE_ENV = {"hf": ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"), "ms": ("MODELSCOPE_OFFLINE",)}
 
 
@@ -44,21 +46,11 @@ def _unavailable(pin: WeightsPin, why: str) -> WeightsUnavailableError:
 
 
 def _client(hub: str):
+    """``huggingface_hub``, or ModelScope's ``modelscope.hub.snapshot_download`` module."""
     try:
-        if hub == "hf":
-            import huggingface_hub
-
-            return huggingface_hub
-        from modelscope.hub import snapshot_download as ms_snapshot
-
-        return ms_snapshot
+        return importlib.import_module(_MODULE[hub])
     except ImportError as exc:
-        raise DependencyNotInstalled(
-            "huggingface_hub" if hub == "hf" else "modelscope", INSTALL[hub], f"fetching {HUBS_NAME[hub]} weights"
-        ) from exc
-
-
-HUBS_NAME = {"hf": "Hugging Face", "ms": "ModelScope"}
+        raise DependencyNotInstalled(_MODULE[hub].split(".")[0], INSTALL[hub], f"fetching {HUBS[hub]} weights") from exc
 
 
 def resolve_revision(pin: WeightsPin) -> str:

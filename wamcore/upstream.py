@@ -51,22 +51,32 @@ class UpstreamSource:
         return f"{self.name} @ git+{self.repository}@{self.commit}" if self.install == "editable" else None
 
 
-def commands(source: UpstreamSource, python: str, into: Path, archives: Optional[Path] = None) -> List[str]:
-    """The shell commands that install ``source`` for ``python`` (its checkout in ``into``)."""
-    where = into / source.folder
-    q = shlex.quote
+def fetch_commands(source: UpstreamSource, into: Path, archives: Optional[Path] = None) -> List[str]:
+    """Shell commands that put ``source``'s checkout at ``into/source.folder``: from its archive
+    when ``archives`` is given, else by git at the pinned commit. Idempotent: a marker file
+    names the commit in place."""
+    where, q = into / source.folder, shlex.quote
+    marker = q(str(where / f".wam-upstream-{source.commit}"))
     if archives is not None:
-        get = [f"mkdir -p {q(str(into))}", f"tar xzf {q(str(archives / source.archive))} -C {q(str(into))}"]
+        get = f"mkdir -p {q(str(into))} && tar xzf {q(str(archives / source.archive))} -C {q(str(into))}"
     else:
-        get = [f"git init -q {q(str(where))}",
-               f"git -C {q(str(where))} fetch -q --depth 1 {q(source.repository)} {source.commit}",
-               f"git -C {q(str(where))} checkout -q {source.commit}"]
+        get = (f"git init -q {q(str(where))} && git -C {q(str(where))} fetch -q --depth 1 {q(source.repository)} "
+               f"{source.commit} && git -C {q(str(where))} checkout -q {source.commit}")
+    return [f"test -f {marker} || {{ rm -rf {q(str(where))} && {get} && touch {marker}; }}"]
+
+
+def install_commands(source: UpstreamSource, python: str, into: Path) -> List[str]:
+    """Shell commands that install the checkout at ``into/source.folder`` for ``python``."""
+    where, q = into / source.folder, shlex.quote
     if source.install == "editable":
-        put = [" ".join([q(python), "-m", "pip", "install", *map(q, source.pip_args), "-e", q(str(where))])]
-    else:
-        site = f"$({q(python)} -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')"
-        put = [f"echo {q(str(where.resolve()))} > \"{site}/{source.folder}-{source.commit[:7]}.pth\""]
-    return get + put
+        return [" ".join([q(python), "-m", "pip", "install", *map(q, source.pip_args), "-e", q(str(where))])]
+    site = f"$({q(python)} -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')"
+    return [f"echo {q(str(where.absolute()))} > \"{site}/{source.folder}-{source.commit[:7]}.pth\""]
 
 
-__all__ = ["UpstreamSource", "commands"]
+def commands(source: UpstreamSource, python: str, into: Path, archives: Optional[Path] = None) -> List[str]:
+    """Fetch, then install: what ``wam upstream install`` runs."""
+    return fetch_commands(source, into, archives) + install_commands(source, python, into)
+
+
+__all__ = ["UpstreamSource", "commands", "fetch_commands", "install_commands"]
