@@ -91,8 +91,8 @@ FASTWAM_OFFICIAL = UpstreamPin(
     module="fastwam",
     repository="https://github.com/yuantianyuan01/FastWAM",
     revision=FASTWAM_REVISION,
-    install="wam upstream install fast-wam  (from the model environment, or with --python ENV/bin/python; Python 3.10, "
-            "torch 2.7.1+cu128 per its README)",
+    install=f"wam upstream install fast-wam  (from the model environment, or with --python ENV/bin/python: FastWAM "
+            f"{FASTWAM_REVISION[:7]} from git, editable; Python 3.10, torch 2.7.1+cu128 per its README)",
 )
 
 #: Per platform, what the worker imports, in the order it is checked.
