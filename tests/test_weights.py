@@ -41,7 +41,7 @@ def test_references_parse_and_a_malformed_one_is_refused():
     ref = parse_ref(f"hf://org/repo@{SHA}")
     assert (ref.hub, ref.repo, ref.revision, ref.pinned, ref.allow_patterns) == ("hf", "org/repo", SHA, True, None)
     assert parse_ref("ms://panshaohua/starwam").revision == "main" and not parse_ref("ms://a/b").pinned
-    assert parse_ref("/some/path") is None and parse_ref("starwam-libero-mot") is None
+    assert parse_ref("/some/path") is None and parse_ref("starwam-libero-mot") is None and parse_ref("tcp://h:1") is None
     with pytest.raises(ConfigurationError, match="expected hf://ORG/REPO@REVISION"):
         parse_ref("hf://no-org@x")
     with pytest.raises(ValueError, match="not matched by its allow_patterns"):

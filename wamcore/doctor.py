@@ -100,10 +100,11 @@ def run_checks(
         for problem in record.problems:
             checks.append(DoctorCheck(label, False, problem, level="warning"))
     # downloaded checkpoints of the plugins' pins; a named or hub --am-checkpoint becomes its folder
-    hub_rows, folder = doctor_rows(registry.models(), backend=backend and _model_name(registry, backend),
-                                   checkpoint=checkpoint, verify_hashes=verify_hashes)
+    hub_rows, resolved = doctor_rows(registry.models(), backend=backend and _model_name(registry, backend),
+                                     values={"checkpoint": checkpoint, **dict(extra or {})}, verify_hashes=verify_hashes)
     checks += [DoctorCheck(*row) for row in hub_rows]
-    checkpoint = folder or checkpoint
+    checkpoint = resolved.pop("checkpoint", checkpoint)
+    extra = {**dict(extra or {}), **resolved}
     # what plugin doctors see: the checkpoint, whether to hash it, which backend/platform the
     # user asked about (``strict``: that backend's problems are errors, not warnings), and any
     # backend or platform options given on the command line

@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 import attrs
 
@@ -151,37 +151,42 @@ def find_pin(spec: ModelSpec, value: str) -> Optional[WeightsPin]:
 
 
 def _looks_like_name(value: str, spec: ModelSpec) -> bool:
-    return not os.path.exists(value) and "/" not in value and bool(getattr(spec, "weights", ()))
+    return "/" not in value and bool(getattr(spec, "weights", ()))
+
+
+def named_pins(spec: ModelSpec, values: Mapping[str, Any]) -> Dict[str, WeightsPin]:
+    """The pins that ``values`` (``checkpoint`` and backend options) name, by key; a name that is
+    no pin of ``spec`` for ``--am-checkpoint``, or a pin given to another option, is refused."""
+    out = {}
+    for key, value in values.items():
+        if not isinstance(value, str) or not value or os.path.exists(value):
+            continue
+        pin = find_pin(spec, value)
+        if pin is None:
+            if key == "checkpoint" and _looks_like_name(value, spec):
+                raise ConfigurationError(
+                    f"--am-checkpoint {value!r} is neither a path nor one of {spec.name}'s checkpoints "
+                    f"({', '.join(p.name for p in spec.weights)}); see `wam weights ls`"
+                )
+            continue
+        if pin.option != key and parse_ref(value) is None:
+            use = f"for --{pin.option.replace('_', '-')}" if pin.option else f"fetched with `{pull_command(pin)}` ({pin.description})"
+            raise ConfigurationError(f"{pin.name} is {use}, not a value of --{key.replace('_', '-')}")
+        out[key] = pin
+    return out
 
 
 def resolve_config(spec: ModelSpec, config: ModelConfig) -> Tuple[ModelConfig, Mapping[str, Any]]:
     """``config`` with ``--am-checkpoint`` (and any option naming a pin of that option) replaced
     by the verified local folder, and what was resolved, for the model's identity."""
-    resolved = {}
-    values = {"checkpoint": config.checkpoint, **{k: v for k, v in config.options.items() if isinstance(v, str)}}
-    updates = {}
-    for key, value in values.items():
-        if not value or os.path.exists(str(value)):
-            continue
-        pin = find_pin(spec, str(value))
-        if pin is None:
-            if key == "checkpoint" and _looks_like_name(str(value), spec):
-                names = ", ".join(p.name for p in spec.weights)
-                raise ConfigurationError(
-                    f"--am-checkpoint {value!r} is neither a path nor one of {spec.name}'s checkpoints ({names}); "
-                    "see `wam weights ls`"
-                )
-            continue
-        if pin.option != key and "://" not in str(value):
-            use = f"for --{pin.option.replace('_', '-')}" if pin.option else f"fetched with `{pull_command(pin)}` ({pin.description})"
-            raise ConfigurationError(f"{pin.name} is {use}, not a value of --{key.replace('_', '-')}")
-        verified = fetch(pin)
-        resolved[key] = verified.identity()
-        updates[key] = str(verified.folder)
-    if not updates:
+    pins = named_pins(spec, {"checkpoint": config.checkpoint, **config.options})
+    if not pins:
         return config, {}
-    options = {k: updates.get(k, v) for k, v in config.options.items()}
-    return attrs.evolve(config, checkpoint=updates.get("checkpoint", config.checkpoint), options=options), resolved
+    verified = {key: fetch(pin) for key, pin in pins.items()}
+    folders = {key: str(v.folder) for key, v in verified.items()}
+    options = {k: folders.get(k, v) for k, v in config.options.items()}
+    return (attrs.evolve(config, checkpoint=folders.get("checkpoint", config.checkpoint), options=options),
+            {key: v.identity() for key, v in verified.items()})
 
 
 def all_pins(specs: Mapping[str, ModelSpec]) -> Iterable[Tuple[str, WeightsPin]]:
@@ -190,23 +195,26 @@ def all_pins(specs: Mapping[str, ModelSpec]) -> Iterable[Tuple[str, WeightsPin]]
             yield name, pin
 
 
-def doctor_rows(specs: Mapping[str, ModelSpec], *, backend: Optional[str], checkpoint: Optional[str],
-                verify_hashes: bool) -> Tuple[list, Optional[str]]:
+def doctor_rows(specs: Mapping[str, ModelSpec], *, backend: Optional[str], values: Mapping[str, Any],
+                verify_hashes: bool) -> Tuple[list, dict]:
     """``wam doctor`` rows (name, ok, detail, fix, level) for every pinned checkpoint in the hub
     cache, checked against its pins (sha256 with ``verify_hashes``, else presence and sizes),
-    and the local folder ``checkpoint`` names when it is one of ``backend``'s (cache only:
-    the doctor never downloads)."""
-    rows, folder = [], None
+    and the local folder of each of ``values`` (``checkpoint`` and backend options) that names
+    one of ``backend``'s pins. Cache only: the doctor never downloads."""
+    rows, resolved = [], {}
     user = UserPins.load()
-    asked = find_pin(specs[backend], checkpoint) if backend in specs and checkpoint and not os.path.exists(checkpoint) else None
+    try:
+        asked = named_pins(specs[backend], values) if backend in specs else {}
+    except ConfigurationError as exc:
+        return [(f"model {backend}: weights", False, str(exc), "wam weights ls", "error")], {}
     pins = [(m, p) for m, p in all_pins(specs) if backend is None or m == backend]
-    if asked is not None and asked not in [p for _, p in pins]:
-        pins.append((backend, asked))
+    pins += [(backend, p) for p in asked.values() if p not in [q for _, q in pins]]
     for model, pin in pins:
-        local = cached(pin) if pin.pinned else None
+        local = cached(pin)
         label = f"model {model}: weights {pin.name}"
+        wanted = [key for key, p in asked.items() if p is pin]
         if local is None:
-            if pin is asked:
+            if wanted:
                 rows.append((label, False, f"{pin.ref} is not in the hub cache", pull_command(pin), "error"))
             continue
         try:
@@ -216,9 +224,8 @@ def doctor_rows(specs: Mapping[str, ModelSpec], *, backend: Optional[str], check
             continue
         how = f"{len(verified.hashes)} files sha256-verified" if verify_hashes else "files present, sizes checked (--verify-hashes hashes them)"
         rows.append((label, True, f"{pin.ref} at {local}: {how}", "", "error"))
-        if pin is asked:
-            folder = str(local)
-    return rows, folder
+        resolved.update({key: str(local) for key in wanted})
+    return rows, resolved
 
 
-__all__ = ["doctor_rows", "fetch", "cached", "offline", "resolve_revision", "resolve_config", "find_pin", "all_pins", "pull_command"]
+__all__ = ["doctor_rows", "named_pins", "fetch", "cached", "offline", "resolve_revision", "resolve_config", "find_pin", "all_pins", "pull_command"]

@@ -90,8 +90,8 @@ def matches(path: str, patterns: Optional[Iterable[str]]) -> bool:
 
 def parse_ref(value: str) -> Optional[WeightsPin]:
     """``hf://ORG/REPO@REVISION`` (or ``ms://``) as an ad-hoc pin of the whole repository;
-    ``None`` for anything else (a path or a plugin's named default)."""
-    if "://" not in value:
+    ``None`` for anything else (a path, a plugin's named default, another URL)."""
+    if not value.startswith(tuple(f"{hub}://" for hub in HUBS)):
         return None
     m = _REF.match(value)
     if m is None:
