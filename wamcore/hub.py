@@ -33,7 +33,7 @@ def offline(hub: str) -> bool:
 
 
 def pull_command(pin: WeightsPin) -> str:
-    return f"wam weights pull {pin.name if '://' not in pin.name else pin.ref}"
+    return f"wam weights pull {pin.name}"  # an ad-hoc pin's name is the hf:// or ms:// reference typed
 
 
 def _unavailable(pin: WeightsPin, why: str) -> WeightsUnavailableError:
@@ -83,6 +83,10 @@ def _is_network_error(exc: BaseException) -> bool:
                          "ConnectTimeout", "TimeoutException"})
 
 
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+
+
 def fetch(pin: WeightsPin, *, force: bool = False, user: Optional[UserPins] = None) -> Verified:
     """``pin``'s files in the hub cache, downloaded where missing, each verified.
 
@@ -98,7 +102,7 @@ def fetch(pin: WeightsPin, *, force: bool = False, user: Optional[UserPins] = No
             folder = _snapshot(exact, local_only=True, force=False)
         except Exception as exc:
             if _is_network_error(exc) or isinstance(exc, FileNotFoundError):
-                raise _unavailable(pin, f"not in the hub cache, and {_OFFLINE_ENV[pin.hub][0]}=1") from exc
+                raise _unavailable(pin, f"{_first_line(exc)}, and {_OFFLINE_ENV[pin.hub][0]}=1") from exc
             raise
         return verify_folder(exact, folder, user)
     try:
@@ -108,7 +112,7 @@ def fetch(pin: WeightsPin, *, force: bool = False, user: Optional[UserPins] = No
         published = published_sha256(exact)
     except Exception as exc:
         if _is_network_error(exc):
-            raise _unavailable(pin, f"the hub cannot be reached ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from exc
+            raise _unavailable(pin, f"the hub cannot be reached ({type(exc).__name__}: {_first_line(exc)})") from exc
         raise
     return verify_folder(exact, folder, user, published=published)
 
