@@ -147,3 +147,13 @@ def test_wam_upstream_install_prints_the_archive_or_git_commands(tmp_path):
            "a7b05c8da8f8c88bf4888aa737b938af3b67ab48" in git and "/env/bin/python -m pip install -e /env/src/StarWAM" in git
     local = subprocess.run(wam + ["--archives", str(archives)], capture_output=True, text=True, check=True).stdout
     assert f"tar xzf {archives}/starwam-a7b05c8.tar.gz -C /env/src" in local and "git " not in local.split("\n", 1)[1]
+
+
+def test_wam_weights_pull_names_the_variants_it_could_mean():
+    def pull(*args):
+        return subprocess.run([sys.executable, "-m", "wamcore", "weights", "pull", *args], capture_output=True, text=True)
+
+    several = pull("starwam")
+    assert several.returncode == 2 and "starwam pins 4 checkpoints, name one (or pass --all): starwam-libero-mot" in several.stderr
+    assert "pins no 'mott'; it pins: starwam-libero-mot" in pull("starwam", "mott").stderr
+    assert "neither a model nor a pinned checkpoint" in pull("no-such-thing").stderr

@@ -192,11 +192,12 @@ class Verified:
 
 
 def present_files(folder: Path, patterns: Optional[Iterable[str]]) -> List[str]:
-    """Files under ``folder`` matching the patterns, relative, ``/``-separated (hub bookkeeping skipped)."""
+    """Files under ``folder`` matching the patterns, relative, ``/``-separated; hidden ones (the
+    hub clients' bookkeeping, ``.gitattributes``) are not weights and are skipped."""
     out = []
     for p in sorted(folder.rglob("*")):
         rel = p.relative_to(folder).as_posix()
-        if p.is_file() and not rel.startswith((".cache/", ".huggingface/")) and not rel.startswith("._") and matches(rel, patterns):
+        if p.is_file() and not any(part.startswith(".") for part in rel.split("/")) and matches(rel, patterns):
             out.append(rel)
     return out
 

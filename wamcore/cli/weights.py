@@ -48,7 +48,8 @@ def ls(ctx, as_json):
         click.echo("No installed model plugin pins a checkpoint.")
         return
     for r in rows:
-        hashes = f"{r['sha256_pinned']} sha256 pinned" + (f", {r['sha256_recorded']} recorded" if r["sha256_recorded"] else "")
+        hashes = (f"{r['sha256_pinned']} sha256 pinned" + ("; LFS files' published by the hub" if r["ref"].startswith("hf://") else "")
+                  + (f"; {r['sha256_recorded']} in your pin file" if r["sha256_recorded"] else ""))
         click.echo(f"{r['model']:12} {r['name']:28} {r['ref']}")
         use = f"{r['option']} {r['name']}" if r["option"] else "pull only"
         click.echo(f"{'':12} {use}   ({', '.join(r['allow_patterns'])}; {hashes}) {r['description']}")

@@ -54,6 +54,8 @@ def test_a_good_download_fetches_only_the_variants_files_and_records_what_nobody
     assert fetched(hub) == {p.relative_to(test_weights).as_posix() for p in test_weights.rglob("*")
                             if p.is_file() and p.parent != test_weights}
     assert str(snapshot(tmp_path)) in done.stdout
+    listed = {r["name"]: r for r in json.loads(wam(hub, tmp_path, "weights", "ls", "--json").stdout)}
+    assert listed["lingbot-va-robotwin"]["cached"] == str(snapshot(tmp_path)) and listed["lingbot-va-libero-long"]["cached"] is None
     pins = json.loads((tmp_path / "pins.json").read_text())["checkpoints"][PIN.ref]["files"]
     # LFS files are checked against the sha256 the hub publishes; small files are recorded on first download
     assert pins[VAE]["from"] == "hub" and pins["vae/config.json"]["from"] == "first download"
