@@ -94,7 +94,7 @@ def fetch(pin: WeightsPin, *, force: bool = False, user: Optional[UserPins] = No
     first fetch."""
     user = user or UserPins.load()
     if offline(pin.hub):
-        commit = pin.revision if pin.pinned else user.revisions.get(f"{pin.hub}://{pin.repo}@{pin.revision}")
+        commit = pin.revision if pin.pinned else user.revisions.get(pin.ref)
         if commit is None:
             raise _unavailable(pin, f"{pin.revision!r} was never fetched here, and {_OFFLINE_ENV[pin.hub][0]}=1")
         exact = pin.at(commit)

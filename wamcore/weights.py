@@ -160,16 +160,15 @@ def check_revision(pin: WeightsPin, resolved: str, user: UserPins) -> str:
             "the hub serves another commit than the one pinned, so nothing was downloaded"
         )
     if not pin.pinned:
-        key = f"{pin.hub}://{pin.repo}@{pin.revision}"
-        first = user.revisions.get(key)
+        first = user.revisions.get(pin.ref)
         if first and first != resolved:
             raise RevisionMovedError(
-                f"{key} moved: it named {first} at first download (recorded in {user.path}) and names {resolved} now; "
+                f"{pin.ref} moved: it named {first} at first download (recorded in {user.path}) and names {resolved} now; "
                 f"use the recorded commit ({pin.hub}://{pin.repo}@{first}) or, to take the new one, "
                 f"{pin.hub}://{pin.repo}@{resolved}"
             )
         if first is None:
-            user.revisions[key] = resolved
+            user.revisions[pin.ref] = resolved
             user.save()
     return resolved
 
