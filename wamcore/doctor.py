@@ -15,7 +15,6 @@ from typing import Any, Iterable, List, Mapping, Optional
 
 import attrs
 
-from .errors import WamError
 from .hub import doctor_rows
 from .registry import Registry
 from .specs import Requirement
@@ -100,8 +99,8 @@ def run_checks(
         for problem in record.problems:
             checks.append(DoctorCheck(label, False, problem, level="warning"))
     # downloaded checkpoints of the plugins' pins; a named or hub --am-checkpoint becomes its folder
-    hub_rows, resolved = doctor_rows(registry.models(), backend=backend and _model_name(registry, backend),
-                                     values={"checkpoint": checkpoint, **dict(extra or {})}, verify_hashes=verify_hashes)
+    hub_rows, resolved = doctor_rows(registry.models(), backend=backend, verify_hashes=verify_hashes,
+                                     values={"checkpoint": checkpoint, **dict(extra or {})})
     checks += [DoctorCheck(*row) for row in hub_rows]
     checkpoint = resolved.pop("checkpoint", checkpoint)
     extra = {**dict(extra or {}), **resolved}
@@ -130,13 +129,6 @@ def run_checks(
         if spec.doctor is not None:
             checks += _plugin_checks(f"model {name}", spec.doctor, options)
     return checks
-
-
-def _model_name(registry: Registry, backend: str) -> Optional[str]:
-    try:
-        return registry.model(backend).name
-    except WamError:
-        return None
 
 
 def _plugin_checks(owner: str, doctor, options) -> List[DoctorCheck]:
