@@ -19,9 +19,9 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 import attrs
 
-from .errors import CheckpointError, ConfigurationError, DependencyNotInstalled, WeightsUnavailableError
+from .errors import CheckpointError, ConfigurationError, DependencyNotInstalled, WamError, WeightsUnavailableError
 from .specs import ModelConfig, ModelSpec
-from .weights import HUBS, UserPins, Verified, WeightsPin, check_revision, matches, parse_ref, verify_folder
+from .weights import HUBS, UserPins, Verified, WeightsPin, check_revision, matches, parse_ref, present_files, verify_folder
 
 INSTALL = {"hf": 'pip install "wamcore[hub]"', "ms": "pip install modelscope"}
 _MODULE = {"hf": "huggingface_hub", "ms": "modelscope.hub.snapshot_download"}
@@ -73,6 +73,9 @@ def _snapshot(pin: WeightsPin, *, local_only: bool, force: bool) -> Path:
         return Path(hf.snapshot_download(pin.repo, revision=pin.revision, allow_patterns=patterns,
                                          local_files_only=local_only, force_download=force))
     ms = _client("ms")
+    if force and (old := cached(pin)) is not None:  # ModelScope's client has no force_download: drop the files
+        for name in present_files(old, pin.allow_patterns):
+            (old / name).unlink()
     return Path(ms.snapshot_download(pin.repo, revision=pin.revision, allow_patterns=patterns, local_files_only=local_only))
 
 
@@ -80,7 +83,14 @@ def _is_network_error(exc: BaseException) -> bool:
     """The hub client could not reach the hub (and the files are not cached)."""
     names = {c.__name__ for c in type(exc).__mro__}
     return bool(names & {"LocalEntryNotFoundError", "OfflineModeIsEnabled", "ConnectError", "ConnectionError",
-                         "ConnectTimeout", "TimeoutException"})
+                         "ConnectTimeout", "TimeoutException", "CacheNotFound"})
+
+
+def _client_failure(pin: WeightsPin, exc: BaseException) -> CheckpointError:
+    """A hub client's own refusal (a file failing its size or hash check, a missing revision), typed."""
+    failed = getattr(exc, "failed_files", None) or {}
+    named = "; ".join(f"{name}: {_first_line(why)}" for name, why in failed.items())
+    return CheckpointError(f"{pin.name} ({pin.ref}): {type(exc).__name__}: {_first_line(exc)}" + (f" ({named})" if named else ""))
 
 
 def _first_line(exc: BaseException) -> str:
@@ -103,28 +113,33 @@ def fetch(pin: WeightsPin, *, force: bool = False, user: Optional[UserPins] = No
         except Exception as exc:
             if _is_network_error(exc) or isinstance(exc, FileNotFoundError):
                 raise _unavailable(pin, f"{_first_line(exc)}, and {_OFFLINE_ENV[pin.hub][0]}=1") from exc
-            raise
+            raise _client_failure(pin, exc) from exc
         return verify_folder(exact, folder, user)
     try:
         commit = check_revision(pin, resolve_revision(pin), user)
         exact = pin.at(commit)
         folder = _snapshot(exact, local_only=False, force=force)
         published = published_sha256(exact)
+    except WamError:
+        raise
     except Exception as exc:
         if _is_network_error(exc):
             raise _unavailable(pin, f"the hub cannot be reached ({type(exc).__name__}: {_first_line(exc)})") from exc
-        raise
+        raise _client_failure(pin, exc) from exc
     return verify_folder(exact, folder, user, published=published)
 
 
 def published_sha256(pin: WeightsPin) -> dict:
-    """The sha256 the hub publishes for ``pin``'s files: Hugging Face lists one per LFS file in
-    its tree at the commit (``GET /api/models/{repo}/tree/{sha}``); ModelScope none."""
-    if pin.hub != "hf":
-        return {}
-    hf = _client("hf")
-    tree = hf.HfApi().list_repo_tree(pin.repo, revision=pin.revision, recursive=True)
-    return {f.path: f.lfs.sha256 for f in tree if getattr(f, "lfs", None) is not None and matches(f.path, pin.allow_patterns)}
+    """The sha256 the hub publishes for ``pin``'s files: Hugging Face one per LFS file in its
+    tree at the commit (``GET /api/models/{repo}/tree/{sha}``), ModelScope one per file in its
+    listing (``GET /api/v1/models/{repo}/repo/files``)."""
+    if pin.hub == "hf":
+        listed = _client("hf").HfApi().list_repo_tree(pin.repo, revision=pin.revision, recursive=True)
+        found = {f.path: f.lfs.sha256 for f in listed if getattr(f, "lfs", None) is not None}
+    else:
+        listed = importlib.import_module("modelscope_hub").HubApi().list_repo_files(pin.repo, "model", revision=pin.revision)
+        found = {f.path: f.sha256 for f in listed if f.sha256}
+    return {path: digest for path, digest in found.items() if matches(path, pin.allow_patterns)}
 
 
 def cached(pin: WeightsPin) -> Optional[Path]:

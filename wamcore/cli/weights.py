@@ -111,7 +111,7 @@ def pull(ctx, target, variant, every, force, as_json):
             click.echo(f"  {digest}  {name}")
         if verified.recorded:
             click.echo(
-                f"  upstream publishes no sha256 for {len(verified.recorded)} of these files: recorded them in "
+                f"  nobody publishes a sha256 for {len(verified.recorded)} of these files: recorded them in "
                 f"{UserPins.load().path}; every later load verifies against that record", err=True)
         flag = _option_flag(verified.pin)
         click.echo(str(verified.folder) + (f"\n  use: {flag} {pin.name}   (or {flag} {verified.folder})" if flag else ""))

@@ -12,7 +12,10 @@ them (read from its ``file_download.py``, ``_snapshot_download.py``, ``hf_api.py
   (``get_hf_file_metadata``);
 * ``GET`` of the same path: the bytes, ``Range: bytes=N-`` answered with 206 and
   ``Content-Range`` (``http_get`` resumes a broken transfer so);
-* unknown revisions and files: 404 with ``X-Error-Code: RevisionNotFound`` / ``EntryNotFound``.
+* unknown revisions and files: 404 with ``X-Error-Code: RevisionNotFound`` / ``EntryNotFound``;
+* ModelScope, as ``modelscope``'s client calls it with ``MODELSCOPE_ENDPOINT`` pointed here:
+  ``GET /api/v1/models/{repo}/repo/files?Revision&Recursive&Root`` (``{"Data": {"Files": [{"Path",
+  "Size", "Sha256", ...}]}}``) and ``GET /api/v1/models/{repo}/repo?Revision&FilePath`` (the bytes).
 
 Behaviour comes from a JSON file re-read on every request, so a test changes it while the
 server runs: ``repos`` ({repo: {"refs": {name: sha}, "commits": {sha: folder}}}), ``cut``
@@ -34,7 +37,7 @@ import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 LFS_OVER = 10_000
 
@@ -122,6 +125,36 @@ class Handler(BaseHTTPRequestHandler):
         headers = [("X-Repo-Commit", sha), ("ETag", f'"{git_blob_sha1(data)}"'), ("Accept-Ranges", "bytes")]
         if len(data) > LFS_OVER:
             headers += [("X-Linked-Etag", f'"{hashlib.sha256(data).hexdigest()}"'), ("X-Linked-Size", str(len(data)))]
+        self._send_file(cfg, name, data, headers)
+
+    # ModelScope (``modelscope_hub``: ``_legacy_api.py`` list_repo_files, ``_download.py``):
+    # GET /api/v1/models/{repo}/repo/files?Revision&Recursive&Root -> {"Code", "Data": {"Files": [...]}};
+    # GET /api/v1/models/{repo}/repo?Revision&FilePath -> the bytes; GET /api/v1/models/{repo} -> its info
+    def _modelscope(self, cfg: dict, parts: list, query: dict):
+        repo = f"{parts[3]}/{parts[4]}"
+        if cfg["repos"].get(repo) is None:
+            return self._json(404, {"Code": 10010205001, "Message": f"model {repo} not found", "Success": False})
+        rev = query.get("Revision", ["master"])[0]
+        sha, folder = self._commit(cfg, repo, rev)
+        tail = parts[5:]
+        if not tail:
+            return self._json(200, {"Code": 200, "Success": True, "Data": {"Path": parts[3], "Name": parts[4]}})
+        if folder is None:
+            return self._json(404, {"Code": 10010205001, "Message": f"revision {rev} not found", "Success": False})
+        if tail == ["repo", "files"]:
+            root = query.get("Root", [""])[0].strip("/")
+            files = [{"Path": e["path"], "Name": e["path"].rsplit("/", 1)[-1], "Type": "blob", "Size": e["size"],
+                      "Sha256": hashlib.sha256((folder / e["path"]).read_bytes()).hexdigest(), "Revision": sha}
+                     for e in self._entries(folder) if not root or e["path"].startswith(root + "/")]
+            self._log()
+            return self._json(200, {"Code": 200, "Success": True, "Data": {"Files": files}})
+        name = query.get("FilePath", [""])[0]
+        if tail == ["repo"] and (folder / name).is_file():
+            return self._send_file(cfg, name, (folder / name).read_bytes(), [("Accept-Ranges", "bytes")])
+        return self._json(404, {"Code": 10010205001, "Message": f"file {name} not found", "Success": False})
+
+    def _send_file(self, cfg: dict, name: str, data: bytes, headers: list):
+        """``data`` with ``headers`` (HEAD: headers only), honouring ``Range`` and the ``tamper``/``cut`` behaviours."""
         if name in cfg.get("tamper", []):
             data = data[:-1] + bytes([data[-1] ^ 0xFF])
         start = 0
@@ -152,7 +185,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def _route(self):
         cfg = self._config()
-        parts = [p for p in urlparse(self.path).path.split("/") if p]
+        url = urlparse(self.path)
+        parts = [p for p in url.path.split("/") if p]
+        if len(parts) >= 5 and parts[:3] == ["api", "v1", "models"]:
+            return self._modelscope(cfg, parts, parse_qs(url.query))
         if len(parts) >= 6 and parts[:2] == ["api", "models"] and parts[4] in ("revision", "tree"):
             if self.command != "HEAD":
                 self._log()

@@ -59,7 +59,7 @@ def test_a_good_download_fetches_only_the_variants_files_and_records_what_nobody
     pins = json.loads((tmp_path / "pins.json").read_text())["checkpoints"][PIN.ref]["files"]
     # LFS files are checked against the sha256 the hub publishes; small files are recorded on first download
     assert pins[VAE]["from"] == "hub" and pins["vae/config.json"]["from"] == "first download"
-    assert "upstream publishes no sha256 for 5 of these files" in done.stderr
+    assert "nobody publishes a sha256 for 5 of these files" in done.stderr
     # the doctor resolves the name to the cached folder, hashes it, and the plugin's own checks pass on it
     doctor = wam(hub, tmp_path, "doctor", "--am-backend", "lingbot-va", "--am-checkpoint", "lingbot-va-robotwin",
                  "--verify-hashes", "--json")
