@@ -15,6 +15,7 @@ from typing import Any, Iterable, List, Mapping, Optional
 
 import attrs
 
+from .hub import doctor_rows
 from .registry import Registry
 from .specs import Requirement
 
@@ -109,6 +110,12 @@ def run_checks(
         )
         for problem in record.problems:
             checks.append(DoctorCheck(label, False, problem, level="warning"))
+    # downloaded checkpoints of the plugins' pins; a named or hub --am-checkpoint becomes its folder
+    hub_rows, resolved = doctor_rows(registry.models(), backend=backend, verify_hashes=verify_hashes,
+                                     values={"checkpoint": checkpoint, **dict(extra or {})})
+    checks += [DoctorCheck(*row) for row in hub_rows]
+    checkpoint = resolved.pop("checkpoint", checkpoint)
+    extra = {**dict(extra or {}), **resolved}
     # what plugin doctors see: the checkpoint, whether to hash it, which backend/platform the
     # user asked about (``strict``: that backend's problems are errors, not warnings), and any
     # backend or platform options given on the command line

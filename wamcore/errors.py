@@ -158,6 +158,18 @@ class CheckpointError(WamError):
     """Checkpoint files missing, unreadable, or not matching their pinned hash."""
 
 
+class WeightsMismatchError(CheckpointError):
+    """A downloaded weight file whose size or sha256 is not the pinned one (changed or cut)."""
+
+
+class RevisionMovedError(CheckpointError):
+    """A hub revision that now names another commit than the one pinned or recorded."""
+
+
+class WeightsUnavailableError(CheckpointError):
+    """Weights that are not on this machine and cannot be fetched here (offline, no network)."""
+
+
 class ArtifactError(WamError):
     """A cached artifact that cannot be trusted (modified, cut, or filed under another key)."""
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from .contracts import AdapterContract, ControlSpec, ModelInfo, ObservationSpec, PredictRequest, Prediction
 from .errors import CapabilityError, ConfigurationError, IncompatiblePairError, PredictionError, WamError
+from .hub import resolve_config
 from .pairing import check_model_info
 from .specs import ModelConfig, ModelSpec, PlatformSpec, resolve_callable
 from .validation import request_options, validate_actions, validate_candidates, validate_prediction, validate_request
@@ -71,6 +72,7 @@ class ModelService:
     def __init__(self, spec: ModelSpec, config: ModelConfig, native: Any = None, *,
                  platform: Optional[PlatformSpec] = None):
         config = attrs.evolve(config, options=spec.with_defaults(config.options))
+        config, weights = resolve_config(spec, config)  # a named or hub checkpoint: fetched and verified
         self.spec = spec.resolve(config)
         self.config = config
         adapter = self.spec.adapter_for(config.platform)
@@ -98,6 +100,7 @@ class ModelService:
                 "predict_future": config.predict_future,
                 "options": _plain_options(config.options),
                 "neutral_options": sorted(o.dest for o in self.spec.options if not o.identity),
+                **({"weights": dict(weights)} if weights else {}),
                 **dict(getattr(self.native, "details", None) or {}),
             },
         )

@@ -390,6 +390,12 @@ class ModelSpec:
     #: extra checks for ``wam doctor``: ``doctor(options) -> iterable of DoctorCheck``;
     #: options has ``checkpoint`` and ``verify_hashes``
     doctor: Optional[Callable[[Mapping[str, Any]], Iterable[Any]]] = None
+    #: published checkpoints, each a :class:`wamcore.weights.WeightsPin`: ``--am-checkpoint
+    #: NAME`` and ``wam weights pull`` fetch and verify them (docs/weights.md)
+    weights: tuple = attrs.field(default=(), converter=tuple)
+    #: the upstream code the model runs, each a :class:`wamcore.upstream.UpstreamSource`:
+    #: ``wam upstream install`` installs it at its pinned commit
+    upstream: tuple = attrs.field(default=(), converter=tuple)
 
     def __attrs_post_init__(self):
         seen = set()

@@ -134,7 +134,7 @@ def test_robotwin_without_fastwam_names_package_revision_and_install(robotwin_ch
         ModelService(MODEL, ModelConfig(platform="robotwin", checkpoint=str(robotwin_checkpoint)))
     text = str(err.value)
     assert text.startswith("fastwam (FastWAM at 45d8e14) is not installed (needed for Fast-WAM on RoboTwin (official FastWAM path))")
-    assert "git -C FastWAM checkout 45d8e1458921d83f8ad6cf9ce993d371208dabd0 && pip install -e ./FastWAM" in text
+    assert "wam upstream install fast-wam" in text
 
 
 def test_wam_run_reports_the_missing_package_at_start_up(robotwin_checkpoint):
@@ -146,7 +146,7 @@ def test_wam_run_reports_the_missing_package_at_start_up(robotwin_checkpoint):
         obj=registry(),
     )
     assert result.exit_code == 1
-    assert "fastwam (FastWAM at 45d8e14) is not installed" in result.output and "Install it with: git clone" in result.output
+    assert "fastwam (FastWAM at 45d8e14) is not installed" in result.output and "Install it with: wam upstream install fast-wam" in result.output
 
 
 # ----------------------------------------------------------------------------- doctor

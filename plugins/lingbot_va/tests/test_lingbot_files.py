@@ -65,7 +65,7 @@ def test_settings_refuse_what_a_running_server_would_ignore():
 def test_load_refuses_other_platforms_and_missing_weights():
     with pytest.raises(ConfigurationError, match="no LIBERO inference path"):
         load(ModelConfig(platform="libero"))
-    with pytest.raises(CheckpointError, match="--am-checkpoint DIR .*huggingface-cli download robbyant/lingbot-va"):
+    with pytest.raises(CheckpointError, match="--am-checkpoint DIR .*wam weights pull lingbot-va lingbot-va-robotwin"):
         load(ModelConfig(platform="robotwin"))
 
 
@@ -73,7 +73,7 @@ def test_the_checkout_is_found_and_a_wrong_one_named(tmp_path, monkeypatch):
     root = upstream.checkout_root()
     assert (root / "wan_va" / "wan_va_server.py").is_file() and (root / "evaluation" / "robotwin").is_dir()
     monkeypatch.setenv(upstream.ROOT_ENV, str(tmp_path))
-    with pytest.raises(DependencyNotInstalled, match=f"git -C lingbot-va checkout {upstream.REVISION}"):
+    with pytest.raises(DependencyNotInstalled, match="wam upstream install lingbot-va"):
         upstream.checkout_root()
 
 
@@ -85,7 +85,7 @@ def test_upstreams_top_level_modules_may_not_clash(monkeypatch):
 
 def test_doctor_rows(test_weights):
     rows = {c.name: c for c in doctor_checks({"backend": "lingbot-va", "checkpoint": str(test_weights)})}
-    assert f"{upstream.REVISION}" in rows["model lingbot-va: upstream pins"].detail
+    assert upstream.REVISION[:7] in rows["model lingbot-va: upstream pins"].detail
     assert rows["model lingbot-va: checkout"].ok
     assert rows["model lingbot-va: weights"].ok and "RANDOM test weights" in rows["model lingbot-va: weights"].detail
     missing = {c.name: c for c in doctor_checks({"backend": "lingbot-va", "checkpoint": "/nonexistent"})}

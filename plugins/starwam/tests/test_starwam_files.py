@@ -58,7 +58,7 @@ def test_missing_files_are_named_with_their_download(release):
     assert "models_t5_umt5-xxl-enc-bf16.pth" in str(err.value) and upstream.BACKBONE_DOWNLOAD in str(err.value)
     # with a text cache the T5 is optional
     checkpoint.resolve(str(root), MOT, backbone=str(backbone), action_stats=None, text_cache=str(root))
-    with pytest.raises(CheckpointError, match="modelscope download --model panshaohua/starwam"):
+    with pytest.raises(CheckpointError, match="wam weights pull starwam starwam-libero-mot"):
         checkpoint.resolve(str(root / "nowhere"), MOT, backbone=str(backbone), action_stats=None, text_cache=None)
 
 
@@ -139,7 +139,7 @@ def test_load_without_upstream_names_the_pinned_revision(no_upstream, release):
     with pytest.raises(DependencyNotInstalled) as err:
         load(ModelConfig(platform="libero", checkpoint=str(root), options={"backbone": str(backbone),
                                                                              "action_stats": str(root / MOT.release_stats)}))
-    assert upstream.ROBOTWIN_REVISION in str(err.value) and "pip install -e ./StarWAM" in str(err.value)
+    assert upstream.ROBOTWIN_REVISION[:7] in str(err.value) and "wam upstream install starwam" in str(err.value)
 
 
 def test_doctor_checks_every_file_and_asks_for_pins(release):

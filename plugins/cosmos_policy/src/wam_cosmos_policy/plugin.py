@@ -42,6 +42,7 @@ MODEL = ModelSpec(
     timeout_s=120.0,
     configure=configure,
     doctor=doctor.checks,
+    upstream=(upstream.SOURCE,),
 )
 
 

@@ -25,6 +25,7 @@ from typing import Any, Optional
 import attrs
 
 from wamcore.errors import DependencyNotInstalled, WorkerError
+from wamcore.upstream import UpstreamSource
 
 DISTRIBUTION = "cosmos-policy"
 MODULE = "cosmos_policy"
@@ -37,6 +38,8 @@ EXPERIMENT = "cosmos_predict2_2b_480p_libero__inference_only"
 CONFIG_FILE = "cosmos_policy/config/config.py"
 
 PINNED = f"{DISTRIBUTION} {VERSION} ({REPOSITORY} @ {REVISION})"
+SOURCE = UpstreamSource(DISTRIBUTION, REPOSITORY, REVISION, folder="cosmos-policy",
+                        note="upstream provisions its environment with uv sync --extra cu128 --group libero (PROVISION)")
 #: provisioning of the model's own environment, per upstream ``LIBERO.md`` and ``pyproject.toml``:
 #: Python 3.10, the cu128 extra (torch==2.7.0, flash-attn, transformer-engine) from uv.lock
 PROVISION = (

@@ -64,7 +64,8 @@ INSTALL = (
     "pip install \"wam-fastwam[model]\" into the model's own environment, then the upstream code:\n"
     f"  LIBERO (through RLinf): {upstream.RLINF.install}\n"
     f"  RoboTwin (official path): {upstream.FASTWAM_OFFICIAL.install}\n"
-    "Run the worker there with --am-python; checkpoints from hf://yuanty/fastwam (docs/models/fast-wam.md)."
+    "Run the worker there with --am-python; checkpoints: wam weights pull fast-wam fastwam-robotwin (or fastwam-libero) "
+    "(docs/models/fast-wam.md)."
 )
 
 MODEL = ModelSpec(
@@ -84,6 +85,8 @@ MODEL = ModelSpec(
     timeout_s=180.0,
     configure=configure,
     doctor=doctor_checks,
+    weights=upstream.WEIGHTS,
+    upstream=(upstream.SOURCE,),
 )
 
 

@@ -26,6 +26,8 @@ import attrs
 
 from wamcore.checkpoints import weights_only_loads  # FastWAM's load_checkpoint runs inside it
 from wamcore.errors import DependencyNotInstalled
+from wamcore.upstream import UpstreamSource
+from wamcore.weights import PinnedFile, WeightsPin
 
 
 @attrs.frozen
@@ -49,9 +51,21 @@ RLINF_REVISION = "357f85b"
 #: clone cannot reach 357f85b); shown by ``wam doctor`` and the docs, never installed silently.
 RLINF_PUBLIC_HEAD = "c42619879ae7e21c6a49992a3740d836e08381d6"
 
-_FASTWAM_CLONE = (
-    "git clone https://github.com/yuantianyuan01/FastWAM && "
-    f"git -C FastWAM checkout {FASTWAM_REVISION} && pip install -e ./FastWAM"
+SOURCE = UpstreamSource("FastWAM", "https://github.com/yuantianyuan01/FastWAM", FASTWAM_REVISION, folder="FastWAM",
+                        archive="fastwam-45d8e14.tar.gz", note="its pyproject pins torch 2.7.1+cu128 and its training stack")
+WEIGHTS_REPOSITORY = "yuanty/fastwam"
+#: the audited revision of the release (the product brief); the README names none
+WEIGHTS_REVISION = "139eebb6d90cdd9bdbbe465f72c6edc9ad5a518a"
+WEIGHTS = (
+    WeightsPin("fastwam-robotwin", "hf", WEIGHTS_REPOSITORY, WEIGHTS_REVISION,
+               allow_patterns=("robotwin_uncond_3cam_384.pt", "robotwin_uncond_3cam_384_dataset_stats.json"),
+               files=("robotwin_uncond_3cam_384.pt", "robotwin_uncond_3cam_384_dataset_stats.json"),
+               description="RoboTwin 2.0, 3 cameras 384x320 (--platform robotwin)"),
+    WeightsPin("fastwam-libero", "hf", WEIGHTS_REPOSITORY, WEIGHTS_REVISION, option=None,
+               allow_patterns=("libero_uncond_2cam224.pt", "libero_uncond_2cam224_dataset_stats.json"),
+               files=(PinnedFile("libero_uncond_2cam224.pt", size=12041735140), "libero_uncond_2cam224_dataset_stats.json"),
+               description="LIBERO, 2 cameras 224x448: the RLinf model YAML's model_path names the pulled file "
+                           "(--am-checkpoint is the YAML on LIBERO)"),
 )
 
 RLINF = UpstreamPin(
@@ -77,7 +91,8 @@ FASTWAM_OFFICIAL = UpstreamPin(
     module="fastwam",
     repository="https://github.com/yuantianyuan01/FastWAM",
     revision=FASTWAM_REVISION,
-    install=_FASTWAM_CLONE + " (Python 3.10, torch 2.7.1+cu128 per its README)",
+    install=f"wam upstream install fast-wam  (from the model environment, or with --python ENV/bin/python: FastWAM "
+            f"{FASTWAM_REVISION[:7]} from git, editable; Python 3.10, torch 2.7.1+cu128 per its README)",
 )
 
 #: Per platform, what the worker imports, in the order it is checked.
@@ -138,6 +153,10 @@ def revision_matches(installed: Optional[str], pinned: str) -> bool:
 
 __all__ = [
     "weights_only_loads",
+    "SOURCE",
+    "WEIGHTS",
+    "WEIGHTS_REPOSITORY",
+    "WEIGHTS_REVISION",
     "UpstreamPin",
     "RLINF",
     "FASTWAM_FOR_RLINF",

@@ -18,8 +18,8 @@ OWNER = "model lingbot-va"
 
 def doctor_checks(options: Mapping[str, Any]) -> Iterator[DoctorCheck]:
     yield DoctorCheck(f"{OWNER}: upstream pins", True,
-                      f"code {upstream.REPOSITORY} {upstream.REVISION} (the design's {upstream.DESIGN_REVISION} is not "
-                      f"public); weights hf://{upstream.WEIGHTS_REPOSITORY} (no revision or hashes published)")
+                      f"code {upstream.REPOSITORY} {upstream.REVISION[:7]} (the design's {upstream.DESIGN_REVISION} is not "
+                      f"public); weights hf://{upstream.WEIGHTS_REPOSITORY}@{upstream.WEIGHTS_REVISION[:7]} (wam weights ls)")
     server = options.get("lingbot_server")
     if server:
         try:
@@ -36,7 +36,7 @@ def doctor_checks(options: Mapping[str, Any]) -> Iterator[DoctorCheck]:
         yield DoctorCheck(f"{OWNER}: checkout", False, str(exc), upstream.INSTALL, level="warning")
     if not (upstream.module_available("flash_attn") or upstream.module_available("flash_attn_interface")):
         yield DoctorCheck(f"{OWNER}: flash-attn", False,
-                          f"wan_va/modules/model.py imports flash_attn unconditionally at {upstream.REVISION}",
+                          f"wan_va/modules/model.py imports flash_attn unconditionally at {upstream.REVISION[:7]}",
                           "pip install flash-attn --no-build-isolation", level="warning")
     if options.get("backend") != "lingbot-va":
         return  # the deployment's files are checked when LingBot-VA is the backend asked about

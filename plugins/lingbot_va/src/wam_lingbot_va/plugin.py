@@ -33,6 +33,8 @@ MODEL = ModelSpec(
     requires=(Requirement("msgpack", install="pip install msgpack", purpose="the LingBot-VA server protocol"),),
     timeout_s=330.0,
     doctor=doctor_checks,
+    weights=upstream.WEIGHTS,
+    upstream=(upstream.SOURCE,),
 )
 
 

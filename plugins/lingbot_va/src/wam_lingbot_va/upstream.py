@@ -36,9 +36,11 @@ from typing import Any, Optional
 
 from wamcore.doctor import module_available
 from wamcore.errors import ConfigurationError, DependencyNotInstalled
+from wamcore.upstream import UpstreamSource
+from wamcore.weights import WeightsPin
 
 REPOSITORY = "https://github.com/Robbyant/lingbot-va"
-REVISION = "6f092cb"
+REVISION = "6f092cb358a0fe3aacf9ed0346d4703d76c189b7"
 DESIGN_REVISION = "7c6ffa9"
 WEIGHTS_REPOSITORY = "robbyant/lingbot-va-posttrain-robotwin"
 CONFIG_NAME = "robotwin"
@@ -50,13 +52,25 @@ PACKAGES = ("torch", "diffusers", "transformers", "easydict", "einops", "ftfy")
 #: top-level names wan_va_server.py imports from its own folder
 TOP_LEVEL = ("configs", "distributed", "modules", "utils")
 
-INSTALL = (
-    f"git clone {REPOSITORY} lingbot-va && git -C lingbot-va checkout {REVISION} && "
-    "pip install torch websockets einops diffusers==0.36.0 \"transformers>=4.55.4\" accelerate msgpack ftfy easydict "
-    "flash-attn && export LINGBOT_VA_ROOT=$PWD/lingbot-va  (upstream README: Python 3.10, torch 2.9, CUDA 12.6)"
+#: the commit of the RoboTwin release recorded by FlashDreams' LingBot-VA port (the README names none)
+WEIGHTS_REVISION = "8c9dea8abbc5c91cc9e18bc3264b8915083bbe70"
+SOURCE = UpstreamSource("lingbot-va", REPOSITORY, REVISION, folder="lingbot-va", archive="lingbot-va-6f092cb.tar.gz",
+                        install="path", note="not pip-installable at this commit: the checkout goes on sys.path")
+WEIGHTS = (
+    WeightsPin("lingbot-va-robotwin", "hf", WEIGHTS_REPOSITORY, WEIGHTS_REVISION,
+               allow_patterns=tuple(f"{folder}/*" for folder in SUBFOLDERS),
+               files=("vae/config.json", "tokenizer/tokenizer_config.json", "text_encoder/config.json", "transformer/config.json"),
+               description="RoboTwin 2.0 post-train, the folder VA_Server reads (vae/, tokenizer/, text_encoder/, transformer/)"),
+    WeightsPin("lingbot-va-libero-long", "hf", "robbyant/lingbot-va-posttrain-libero-long",
+               "0e89d1e753019988aba484e8da2dc0810e264d9f", option=None,
+               description="LIBERO-Long post-train (the product brief's pin); this plugin serves RoboTwin only at 6f092cb"),
 )
-DOWNLOAD = f"huggingface-cli download {WEIGHTS_REPOSITORY} --local-dir lingbot-va-posttrain-robotwin"
-LABEL = f"LingBot-VA {REVISION}"
+PACKAGES_INSTALL = ("pip install torch websockets einops diffusers==0.36.0 \"transformers>=4.55.4\" accelerate msgpack ftfy "
+                    "easydict flash-attn")
+INSTALL = (f"wam upstream install lingbot-va  (from the model environment, or with --python ENV/bin/python), then "
+           f"{PACKAGES_INSTALL}  (upstream README: Python 3.10, torch 2.9, CUDA 12.6)")
+DOWNLOAD = "wam weights pull lingbot-va lingbot-va-robotwin  (then --am-checkpoint lingbot-va-robotwin)"
+LABEL = f"LingBot-VA {REVISION[:7]}"
 
 
 def checkout_root(explicit: Optional[str] = None) -> Path:
@@ -70,7 +84,7 @@ def checkout_root(explicit: Optional[str] = None) -> Path:
         origin = spec.origin if spec else None
         root = Path(origin).resolve().parents[1] if origin else Path("lingbot-va")
     if not (root / MODULE / "wan_va_server.py").is_file():
-        raise DependencyNotInstalled(f"LingBot-VA at {REVISION} (no {MODULE}/wan_va_server.py in {root})", INSTALL,
+        raise DependencyNotInstalled(f"LingBot-VA at {REVISION[:7]} (no {MODULE}/wan_va_server.py in {root})", INSTALL,
                                      "LingBot-VA's VA_Server")
     return root
 
@@ -97,7 +111,7 @@ def import_server(root: Path):
     if not module_available("flash_attn_interface") and not module_available("flash_attn"):
         raise DependencyNotInstalled(
             "flash_attn", "pip install flash-attn --no-build-isolation",
-            f"wan_va/modules/model.py imports it unconditionally at {REVISION} (attention itself uses it only with "
+            f"wan_va/modules/model.py imports it unconditionally at {REVISION[:7]} (attention itself uses it only with "
             "attn_mode 'flashattn' in transformer/config.json)",
         )
     module = importlib.import_module(f"{MODULE}.wan_va_server")
@@ -155,5 +169,5 @@ def build_server(root: Path, checkpoint: Path, *, device: str, save_root: Path, 
     return module.VA_Server(config)
 
 
-__all__ = ["REPOSITORY", "REVISION", "DESIGN_REVISION", "WEIGHTS_REPOSITORY", "SUBFOLDERS", "INSTALL", "DOWNLOAD",
+__all__ = ["REPOSITORY", "REVISION", "DESIGN_REVISION", "WEIGHTS_REPOSITORY", "WEIGHTS_REVISION", "SOURCE", "WEIGHTS", "SUBFOLDERS", "INSTALL", "DOWNLOAD",
            "LABEL", "checkout_root", "require", "import_server", "build_server", "job_config", "module_available"]

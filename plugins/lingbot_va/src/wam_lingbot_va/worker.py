@@ -24,7 +24,7 @@ def load(config: ModelConfig) -> LingbotModel:
     """``ModelSpec.load``: the native model for ``config.platform``."""
     if normalize_id(config.platform) != PLATFORM:
         raise ConfigurationError(f"LingBot-VA has no adapter for {config.platform!r}: it serves robotwin (end-effector "
-                                 f"control) only; the pinned {upstream.REVISION} has no LIBERO inference path")
+                                 f"control) only; the pinned {upstream.REVISION[:7]} has no LIBERO inference path")
     settings = Settings.from_options(config.options, config.checkpoint)
     details = {"upstream": upstream.LABEL, "config": upstream.CONFIG_NAME}
     if settings.server:
@@ -33,7 +33,7 @@ def load(config: ModelConfig) -> LingbotModel:
                        noise="drawn by the remote server (a request seed does not reach it)")
         return LingbotModel(server, details=details)
     folder = checkpoint.resolve(config.checkpoint, settings.am_pins)
-    upstream.require(f"LingBot-VA's VA_Server ({upstream.REVISION})")
+    upstream.require(f"LingBot-VA's VA_Server ({upstream.REVISION[:7]})")
     root = upstream.checkout_root(settings.lingbot_root)
 
     import torch

@@ -25,14 +25,14 @@ OWNER = "model starwam"
 
 def doctor_checks(options: Mapping[str, Any]) -> Iterator[DoctorCheck]:
     yield DoctorCheck(f"{OWNER}: upstream pins", True,
-                      f"code {upstream.REPOSITORY} {upstream.ROBOTWIN_REVISION} (LIBERO audited at "
+                      f"code {upstream.REPOSITORY} {upstream.ROBOTWIN_REVISION[:7]} (LIBERO audited at "
                       f"{upstream.LIBERO_REVISION[:7]}); weights {upstream.WEIGHTS_REPOSITORY}@{upstream.WEIGHTS_REVISION[:7]}")
     if upstream.module_available(upstream.MODULE):
         try:
             root = upstream.checkout_root(options.get("starwam_root"))
             robotwin = (root / "starwam" / "eval" / "policy.py").is_file()
             yield DoctorCheck(f"{OWNER}: checkout", True,
-                              f"{root} ({'LIBERO and RoboTwin' if robotwin else 'LIBERO only: RoboTwin needs ' + upstream.ROBOTWIN_REVISION})")
+                              f"{root} ({'LIBERO and RoboTwin' if robotwin else 'LIBERO only: RoboTwin needs ' + upstream.ROBOTWIN_REVISION[:7]})")
         except WamError as exc:
             yield DoctorCheck(f"{OWNER}: checkout", False, str(exc), upstream.INSTALL)
     if options.get("backend") != "starwam":

@@ -53,6 +53,8 @@ MODEL = ModelSpec(
     timeout_s=300.0,
     configure=configure,
     doctor=doctor_checks,
+    weights=upstream.WEIGHTS,
+    upstream=(upstream.SOURCE,),
 )
 
 
