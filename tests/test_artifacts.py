@@ -125,9 +125,13 @@ def test_a_modified_or_misfiled_artifact_is_refused_and_collected(counted, tmp_p
     with pytest.raises(ArtifactError, match="is not the artifact"):
         store.get(keys[2])
     (tmp_path / "ab").mkdir(exist_ok=True)
-    (tmp_path / "ab" / "leftover.wam.123.tmp").write_bytes(b"x")
-    removed = {Path(p).name: why for p, why in store.gc()}
-    assert set(removed) == {f"{keys[0]}.json", f"{keys[0]}.wam", f"{keys[2]}.json", f"{keys[2]}.wam", "leftover.wam.123.tmp"}
+    leftover = f"ab{'0' * 62}.wam.123.tmp"  # an interrupted write of an earlier version
+    (tmp_path / "ab" / leftover).write_bytes(b"x")
+    (tmp_path / "ab" / "notes.wam.123.tmp").write_bytes(b"x")  # not named by a key: never the cache's
+    removed, left = store.gc()
+    removed = {Path(p).name: why for p, why in removed}
+    assert set(removed) == {f"{keys[0]}.json", f"{keys[0]}.wam", f"{keys[2]}.json", f"{keys[2]}.wam", leftover}
+    assert left == [] and (tmp_path / "ab" / "notes.wam.123.tmp").exists()
     assert store.get(keys[1]) is not None and store.get(keys[0]) is None
     n = len(calls)
     cached.predict(requests[0])

@@ -59,9 +59,11 @@ class EvalToyEnv:
     observation_spec = OBSERVATION
     control = CONTROL
 
-    def __init__(self, step_delay=0.0, crash_seed=None, hang_seed=None, nan_seed=None, marker_dir=None, max_steps=40):
+    def __init__(self, step_delay=0.0, crash_seed=None, hang_seed=None, nan_seed=None, marker_dir=None, max_steps=40,
+                 garbage_seed=None):
         self.step_delay = float(step_delay or 0.0)
         self.crash_seed, self.hang_seed, self.nan_seed = crash_seed, hang_seed, nan_seed
+        self.garbage_seed = garbage_seed
         self.marker_dir = marker_dir
         self.max_steps = int(max_steps)
         self.position, self.steps, self.seed = 0.0, 0, None
@@ -70,6 +72,9 @@ class EvalToyEnv:
         if seed is not None and seed == self.crash_seed:
             os.kill(os.getpid(), signal.SIGSEGV)  # as a simulator's segfault would
         if seed is not None and seed == self.hang_seed and _first_time(self.marker_dir, "env-hang"):
+            time.sleep(3600)
+        if seed is not None and seed == self.garbage_seed and _first_time(self.marker_dir, "env-garbage"):
+            os.write(_protocol_fd(), b"simulator says hello\n")  # as a native library writing into the protocol would
             time.sleep(3600)
         self.seed = seed
         self.position = float(np.random.default_rng(seed).uniform(-1.0, 1.0))
@@ -97,6 +102,21 @@ class EvalToyEnv:
         pass
 
 
+def _protocol_fd() -> int:
+    """The env process's event stream: the one write-only pipe beyond fds 0-2."""
+    import fcntl
+
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            pipe = fd > 2 and os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:")
+            if pipe and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY:
+                return fd
+        except OSError:
+            continue
+    raise RuntimeError("not in an env process: no event pipe")
+
+
 class Controller:
     checkpoint = "evaltoy-p:gain=2"
 
@@ -120,6 +140,8 @@ def wam_register_platforms(register):
             Option("hang-seed", type="int", default=None, help="Hang at this seed's reset."),
             Option("nan-seed", type="int", default=None, help="Report a NaN state for this seed."),
             Option("marker-dir", type="path", default=None, help="Where hanging envs leave a marker."),
+            Option("garbage-seed", type="int", default=None,
+                   help="At this seed's reset, write a line that is not JSON into the env process's event stream."),
         ),
     ))
 

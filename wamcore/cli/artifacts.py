@@ -6,6 +6,7 @@ import json
 
 import click
 
+from ..terminal import printable
 from .common import cli
 
 DEFAULT_DIR = "runs/artifacts"
@@ -28,19 +29,21 @@ def ls(directory, as_json):
     from ..artifacts import ArtifactStore
 
     rows = sorted(ArtifactStore(directory).metadata(), key=lambda m: m.get("created", ""))
+    broken = sum("broken" in m for m in rows)
     for m in rows:
         if as_json:
             click.echo(json.dumps(m))
             continue
-        if "broken" in m:
-            click.echo(f"{m['key'][:16]}  {m['broken']}")
+        if "broken" in m:  # reported, and the rest still listed
+            click.echo(printable(f"{m['key'][:16]}  {m['broken']}"), err=True)
             continue
         ident, req = m.get("identity", {}), m.get("request", {})
         kind = "candidate" if req.get("candidate_actions") else "chunk"
-        click.echo(f"{m['key'][:16]}  {m.get('created', '?')}  {ident.get('backend')}  {str(ident.get('checkpoint'))[:24]}  "
-                   f"{kind:<9}  seed={req.get('seed')}  {m.get('bytes', 0)} B")
+        click.echo(printable(f"{m['key'][:16]}  {m.get('created', '?')}  {ident.get('backend')}  "
+                             f"{str(ident.get('checkpoint'))[:24]}  {kind:<9}  seed={req.get('seed')}  {m.get('bytes', 0)} B"))
     if not as_json:
-        click.echo(f"{len(rows)} artifact(s) in {directory}", err=True)
+        unreadable = f", {broken} unreadable (`wam artifacts gc` removes those it can)" if broken else ""
+        click.echo(printable(f"{len(rows) - broken} artifact(s) in {directory}{unreadable}"), err=True)
 
 
 @artifacts.command()
@@ -74,8 +77,10 @@ def gc(directory, older_than_days, dry_run):
     """Remove artifacts that cannot be used (modified, incomplete, interrupted writes)."""
     from ..artifacts import ArtifactStore
 
-    removed = ArtifactStore(directory).gc(older_than_s=None if older_than_days is None else older_than_days * 86400,
-                                          dry_run=dry_run)
+    removed, left = ArtifactStore(directory).gc(
+        older_than_s=None if older_than_days is None else older_than_days * 86400, dry_run=dry_run)
     for path, reason in removed:
-        click.echo(f"{'would remove' if dry_run else 'removed'} {path}: {reason}")
-    click.echo(f"{len(removed)} file(s) {'to remove' if dry_run else 'removed'} in {directory}", err=True)
+        click.echo(printable(f"{'would remove' if dry_run else 'removed'} {path}: {reason}"))
+    for path, reason in left:
+        click.echo(printable(f"left alone {path}: {reason}"), err=True)
+    click.echo(printable(f"{len(removed)} file(s) {'to remove' if dry_run else 'removed'} in {directory}"), err=True)

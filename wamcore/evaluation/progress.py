@@ -11,6 +11,8 @@ import sys
 import time
 from typing import Any, Iterable, Mapping, Optional, TextIO
 
+from ..terminal import printable
+
 _BAR = 24
 _REDRAW_S = 0.1
 
@@ -52,11 +54,10 @@ class Progress:
             self._draw(force=True)
             return
         outcome = "success" if record.get("success") else "no success"
-        error = f" ({record['error'].splitlines()[0][:160]})" if record.get("error") else ""
-        self.stream.write(
-            f"[{self.done}/{self.total}] {record.get('key')}: {outcome} after {record.get('steps')} steps, "
-            f"{record.get('stop_reason')}{error} | {self._status()}\n"
-        )
+        error = f" ({str(record['error']).splitlines()[0][:160]})" if record.get("error") else ""
+        line = (f"[{self.done}/{self.total}] {record.get('key')}: {outcome} after {record.get('steps')} steps, "
+                f"{record.get('stop_reason')}{error} | {self._status()}")
+        self.stream.write(printable(line, keep="") + "\n")
         self.stream.flush()
 
     def _status(self) -> str:
@@ -80,7 +81,7 @@ class Progress:
         self._drawn = now
         filled = int(_BAR * self.done / self.total) if self.total else _BAR
         bar = "#" * filled + "-" * (_BAR - filled)
-        self.stream.write(f"\r{self.label} [{bar}] {self.done}/{self.total} {self._status()}\x1b[K")
+        self.stream.write(f"\r{printable(self.label, keep='')} [{bar}] {self.done}/{self.total} {self._status()}\x1b[K")
         self.stream.flush()
 
     def close(self) -> None:
