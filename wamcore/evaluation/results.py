@@ -130,13 +130,21 @@ class ResultsDir:
                 for key in again:
                     del done[key]
                 log.warning("--retry-failed: %d episode(s) that a process's fault ended run again", len(again))
-            atomic_write(self.config_path, json.dumps(run_config, indent=2) + "\n")  # extended, if it was
-            atomic_write(self.episodes_path, "".join(json.dumps(r) + "\n" for r in done.values()))
+            self._write(self.config_path, json.dumps(run_config, indent=2) + "\n")  # extended, if it was
+            self._write(self.episodes_path, "".join(json.dumps(r) + "\n" for r in done.values()))
             return done
         if overwrite and self.episodes_path.exists():
             self.episodes_path.unlink()
-        atomic_write(self.config_path, json.dumps(run_config, indent=2) + "\n")
+        self._write(self.config_path, json.dumps(run_config, indent=2) + "\n")
         return {}
+
+    def _write(self, path: Path, text: str) -> None:
+        """``path`` replaced in one rename: a kill or a full disk leaves the old content."""
+        try:
+            atomic_write(path, text)
+        except OSError as exc:
+            raise RunFolderError(f"could not write {path} ({_one_line(exc)}); it was left as it was: free space "
+                                 "(or raise the file size limit) and rerun with --resume") from None
 
     def _recorded_config(self, wanted: Mapping[str, Any]) -> dict:
         if not os.path.lexists(self.config_path):  # lost (it is written before any episode): this command's
@@ -168,8 +176,8 @@ class ResultsDir:
         """summary.json, and results.csv with one row per episode."""
         from ..report.tables import records_csv
 
-        atomic_write(self.summary_path, json.dumps(summary, indent=2, default=str) + "\n")
-        atomic_write(self.csv_path, records_csv(records))
+        self._write(self.summary_path, json.dumps(summary, indent=2, default=str) + "\n")
+        self._write(self.csv_path, records_csv(records))
 
     def close(self) -> None:
         lines, self._lines = self._lines, None
@@ -186,6 +194,15 @@ _FIELDS = {"success": (bool,), "stop_reason": (str,), "steps": (int,), "chunks":
 _REQUIRED = ("key", "success", "steps", "stop_reason")
 
 
+def field_problem(row: Mapping[str, Any], fields: Mapping[str, tuple]) -> Optional[str]:
+    """The first field of ``row`` whose value is not of its ``fields`` types (an int is not a bool)."""
+    for field, types in fields.items():
+        value = row.get(field)
+        if field in row and (not isinstance(value, types) or (int in types and bool not in types and isinstance(value, bool))):
+            return f"its {field!r} is {type(value).__name__} {json.dumps(value, default=str)[:40]}"
+    return None
+
+
 def record_problem(row: Any) -> Optional[str]:
     """Why ``row`` is not an episode record (None when it is one)."""
     if not isinstance(row, dict):
@@ -195,10 +212,9 @@ def record_problem(row: Any) -> Optional[str]:
         return f"it has no {', '.join(missing)}"
     if not isinstance(row["key"], str) or not row["key"]:
         return "its key is not a non-empty string"
-    for field, types in _FIELDS.items():
-        value = row.get(field)
-        if field in row and (not isinstance(value, types) or (types[0] is int and isinstance(value, bool))):
-            return f"its {field!r} is {type(value).__name__} {json.dumps(value)[:40]}"
+    problem = field_problem(row, _FIELDS)
+    if problem:
+        return problem
     if row.get("steps", 0) < 0:
         return "its steps are negative"
     if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in row.get("values") or ()):
@@ -238,5 +254,5 @@ def read_records(path: Path) -> Dict[str, dict]:
     return out
 
 
-__all__ = ["ResultsDir", "RunFolderError", "RunLocked", "read_records", "read_json_object", "record_problem",
+__all__ = ["ResultsDir", "RunFolderError", "RunLocked", "read_records", "read_json_object", "record_problem", "field_problem",
            "RETRIED_FAULTS"]

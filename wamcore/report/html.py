@@ -14,12 +14,18 @@ import base64
 import html
 import io
 import json
-from pathlib import Path
+import logging
+import os
+from pathlib import Path, PurePosixPath
 from typing import Any, Dict, List, Mapping, Optional
 
 from ..errors import ConfigurationError, DependencyNotInstalled
-from ..evaluation.results import read_records
+from ..evaluation.results import RunFolderError, field_problem, read_json_object, read_records
+from ..files import NotRegularFile, atomic_write, open_dir, read_regular
+from ..terminal import printable
 from .tables import group_summaries
+
+log = logging.getLogger("wamcore.report")
 
 REPORT_INSTALL = 'pip install "wamcore[report]"'
 #: videos embedded at most (a report should open in a browser, not fill a disk)
@@ -140,7 +146,7 @@ def _identity(config: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
         ("weights sha256", details.get("sha256")),
         ("model options", json.dumps(details.get("options") or {}, sort_keys=True)),
         ("device", info.get("device")),
-        ("capabilities", ", ".join(info.get("capabilities") or [])),
+        ("capabilities", ", ".join(map(str, info.get("capabilities") or []))),
         ("platform", config.get("platform")),
         ("platform options", json.dumps(config.get("platform_options") or {}, sort_keys=True)),
         ("request options", json.dumps(config.get("request_options") or {}, sort_keys=True)),
@@ -158,15 +164,45 @@ def _identity(config: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
     ) + "</dl>"
 
 
+def _video(videos: int, run_dir: Path, record: Mapping[str, Any], budget: int) -> Optional[bytes]:
+    """The bytes of a record's video: only a regular file directly in ``RUN/videos``
+    (``videos`` is a descriptor of that folder, opened without following a link); an
+    absolute path, a ``..``, a link or anything not a regular file is refused with a warning."""
+    name = PurePosixPath(record["video"])
+    if name.is_absolute() or len(name.parts) != 2 or name.parts[0] != "videos" or name.parts[1] in (".", ".."):
+        log.warning("report: not embedding the video of %s: %r is not a file in %s", printable(record["key"]),
+                    record["video"], run_dir / "videos")
+        return None
+    try:
+        return read_regular(name.parts[1], dir_fd=videos, limit=budget)
+    except NotRegularFile as exc:
+        log.warning("report: not embedding the video of %s: %s", printable(record["key"]), printable(exc))
+    except (FileNotFoundError, ValueError):  # not filmed after all, or over the report's budget
+        pass
+    return None
+
+
 def _videos(run_dir: Path, records: List[Mapping[str, Any]]) -> str:
+    if not any(r.get("video") for r in records):
+        return ""
+    try:
+        with open_dir(run_dir / "videos", follow=False) as videos:
+            return _video_figures(videos, run_dir, records)
+    except FileNotFoundError:
+        return ""
+    except NotRegularFile as exc:
+        log.warning("report: not embedding any video: %s", printable(exc))
+        return ""
+
+
+def _video_figures(videos: int, run_dir: Path, records: List[Mapping[str, Any]]) -> str:
     figures, total = [], 0
     for r in records:
         if not r.get("video") or len(figures) >= MAX_VIDEOS:
             continue
-        path = (run_dir / r["video"]) if not Path(r["video"]).is_absolute() else Path(r["video"])
-        if not path.exists() or total + path.stat().st_size > MAX_VIDEO_BYTES:
+        data = _video(videos, run_dir, r, MAX_VIDEO_BYTES - total)
+        if data is None:
             continue
-        data = path.read_bytes()
         total += len(data)
         verdict = "<span class='ok'>success</span>" if r.get("success") else "<span class='bad'>no success</span>"
         figures.append(
@@ -181,12 +217,15 @@ def _videos(run_dir: Path, records: List[Mapping[str, Any]]) -> str:
 def render(run_dir: Path) -> str:
     run_dir = Path(run_dir)
     for needed in ("config.json", "episodes.jsonl"):
-        if not (run_dir / needed).exists():
+        if not os.path.lexists(run_dir / needed):
             raise ConfigurationError(f"{run_dir} is not a `wam eval` output folder: it has no {needed}")
-    config = json.loads((run_dir / "config.json").read_text())
+    config = _checked(run_dir / "config.json", _CONFIG, "the run's `wam eval ... --resume` checks and rewrites it; "
+                      "restore it, or remove the folder's config.json and rerun that command with --resume")
     records = list(read_records(run_dir / "episodes.jsonl").values())
-    summary_path = run_dir / "summary.json"
-    summary: Dict[str, Any] = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    summary: Dict[str, Any] = {}
+    if os.path.lexists(run_dir / "summary.json"):
+        summary = _checked(run_dir / "summary.json", _SUMMARY, "remove it: the report is made from episodes.jsonl "
+                           "without it, and `wam eval ... --resume` writes it again")
     from ..execution import summarize
 
     summary = {**summary, **summarize(records), **group_summaries(records)}  # also for an unfinished run
@@ -213,10 +252,33 @@ def render(run_dir: Path) -> str:
 """
 
 
+_OBJ = (dict, type(None))
+_STR = (str, type(None))
+#: what the report reads from config.json and summary.json, by type
+_CONFIG = {"platform": _STR, "backend": _STR, "instruction": _STR, "episodes": (list, type(None)),
+           "platform_options": _OBJ, "request_options": _OBJ}
+_SUMMARY = {"model": _STR, "model_info": _OBJ, "versions": _OBJ, "executor": _STR, "num_envs": (int, type(None))}
+_MODEL_INFO = {"backend": _STR, "checkpoint": _STR, "device": _STR, "details": _OBJ,
+               "capabilities": (list, type(None))}
+
+
+def _checked(path: Path, fields: Mapping[str, tuple], fix: str) -> dict:
+    """A JSON object of the run folder whose fields the report uses have their types, or a
+    :class:`RunFolderError` naming the file and how to recover."""
+    value = read_json_object(path, fix)
+    info = value.get("model_info") if fields is _SUMMARY else None
+    problem = field_problem(value, fields) or (field_problem(info, _MODEL_INFO) if isinstance(info, dict) else None)
+    if problem is None and isinstance(info, dict) and isinstance(info.get("details"), dict):
+        problem = field_problem(info["details"], {"worker": _OBJ, "options": _OBJ})
+    if problem:
+        raise RunFolderError(f"{path} is not what `wam eval` writes ({problem}); {fix}")
+    return value
+
+
 def write_report(run_dir: Path, out: Optional[Path] = None) -> Path:
-    """Write ``run_dir/report.html`` (or ``out``) and return its path."""
+    """Write ``run_dir/report.html`` (or ``out``) in one rename, and return its path."""
     out = Path(out) if out is not None else Path(run_dir) / "report.html"
-    out.write_text(render(Path(run_dir)))
+    atomic_write(out, render(Path(run_dir)))
     return out
 
 
