@@ -111,7 +111,7 @@ def numeric_leaves(tree: Any, prefix: str = ""):
     if isinstance(tree, dict):
         if set(tree) == {_BIG_INT}:
             value = int(tree[_BIG_INT])
-            yield prefix, np.asarray(float(value) if abs(value) < 2**1023 else np.copysign(np.inf, value))
+            yield prefix, np.asarray(float(value) if abs(value) < 2**1023 else (np.inf if value > 0 else -np.inf))
             return
         for k in tree:
             yield from numeric_leaves(tree[k], f"{prefix}.{k}" if prefix else k)
