@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -127,11 +128,14 @@ def test_a_modified_or_misfiled_artifact_is_refused_and_collected(counted, tmp_p
     (tmp_path / "ab").mkdir(exist_ok=True)
     leftover = f"ab{'0' * 62}.wam.123.tmp"  # an interrupted write of an earlier version
     (tmp_path / "ab" / leftover).write_bytes(b"x")
+    os.utime(tmp_path / "ab" / leftover, (0, 0))  # long ago: a write in progress would be younger
+    (tmp_path / "ab" / f".ab{'1' * 62}.wam.0123abcd.tmp").write_bytes(b"x")  # being written right now: kept
     (tmp_path / "ab" / "notes.wam.123.tmp").write_bytes(b"x")  # not named by a key: never the cache's
     removed, left = store.gc()
     removed = {Path(p).name: why for p, why in removed}
     assert set(removed) == {f"{keys[0]}.json", f"{keys[0]}.wam", f"{keys[2]}.json", f"{keys[2]}.wam", leftover}
     assert left == [] and (tmp_path / "ab" / "notes.wam.123.tmp").exists()
+    assert (tmp_path / "ab" / f".ab{'1' * 62}.wam.0123abcd.tmp").exists()
     assert store.get(keys[1]) is not None and store.get(keys[0]) is None
     n = len(calls)
     cached.predict(requests[0])
@@ -247,8 +251,6 @@ def _filled(counted, root: Path, n: int = 2) -> list:
 
 
 def test_gc_touches_only_key_named_regular_files_in_real_folders(counted, tmp_path):
-    import os
-
     cache, outside = tmp_path / "cache", tmp_path / "outside"
     keys = _filled(counted, cache)
     outside.mkdir()
@@ -275,8 +277,6 @@ def test_gc_touches_only_key_named_regular_files_in_real_folders(counted, tmp_pa
 
 
 def test_a_fifo_in_the_cache_hangs_nothing(counted, tmp_path):
-    import os
-
     cache = tmp_path / "cache"
     keys = _filled(counted, cache, 3)
     sidecar, payload = cache / keys[0][:2] / f"{keys[0]}.json", cache / keys[1][:2] / f"{keys[1]}.wam"
@@ -297,8 +297,6 @@ def test_a_fifo_in_the_cache_hangs_nothing(counted, tmp_path):
 
 
 def test_wam_eval_with_a_fifo_at_a_cached_answer_stops_with_a_typed_error(tmp_path):
-    import os
-
     args = ["eval", "--episodes", 1, "--max-chunks", 2, "--cache", tmp_path / "c"]
     first = wam(*args, "--out", tmp_path / "a")
     assert first.returncode == 0, first.stderr
@@ -313,8 +311,6 @@ def test_wam_eval_with_a_fifo_at_a_cached_answer_stops_with_a_typed_error(tmp_pa
 
 
 def test_put_never_follows_a_link_planted_at_a_temp_name(counted, tmp_path):
-    import os
-
     model, _ = counted
     store = ArtifactStore(tmp_path / "cache")
     request = PredictRequest(observation=PointMassEnv().reset(seed=5))

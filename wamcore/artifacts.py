@@ -120,6 +120,8 @@ _ENTRY = re.compile(r"(?P<dot>\.?)(?P<key>[0-9a-f]{64})(?P<suffix>\.wam|\.json)(
 _SHARD = re.compile(r"[0-9a-f]{2}")
 #: a sidecar is metadata; anything larger is not one of ours
 MAX_SIDECAR_BYTES = 16 << 20
+#: ``gc`` leaves temp files younger than this (another process may be writing them)
+TEMP_GRACE_S = 600.0
 
 
 def _entry(name: str, shard: str) -> Optional[Tuple[str, str]]:
@@ -153,11 +155,14 @@ class ArtifactStore:
     def _folder(self, key: str, create: bool = False) -> Iterator[Optional[int]]:
         """A descriptor of ``key``'s folder (None when there is none and ``create`` is false)."""
         folder = self._paths(key)[0].parent
-        if create:
-            folder.mkdir(parents=True, exist_ok=True)
         stack = contextlib.ExitStack()
         try:
+            if create:
+                folder.mkdir(parents=True, exist_ok=True)
             fd = stack.enter_context(open_dir(folder, follow=False))
+        except FileExistsError:  # a file, or a link to one, where the folder belongs
+            raise ArtifactError(f"{folder} is not a folder: a cache folder must be a real folder, never a link; "
+                                "remove it") from None
         except FileNotFoundError:
             if create:
                 raise
@@ -180,27 +185,28 @@ class ArtifactStore:
         """The stored prediction, or None when there is none; a stored one that does not
         match its recorded sha256 or key raises :class:`ArtifactError`."""
         with self._folder(key) as fd:
-            if fd is None:
-                return None
-            try:
-                meta = self._sidecar(fd, key)
-            except FileNotFoundError:
-                return None
-            return self._prediction(key, self._verified(key, fd, meta))
+            meta = self._meta(fd, key)
+            return None if meta is None else self._prediction(key, self._verified(key, fd, meta))
 
     def load(self, key: str) -> dict:
         """The whole artifact (``key``, ``meta``, ``prediction`` wire dict), verified."""
         with self._folder(key) as fd:
-            try:
-                if fd is None:
-                    raise FileNotFoundError
-                artifact = self._verified(key, fd, self._sidecar(fd, key))
-            except FileNotFoundError:
-                raise ConfigurationError(f"no artifact {key} in {self.root}") from None
+            meta = self._meta(fd, key)
+            if meta is None:
+                raise ConfigurationError(f"no artifact {key} in {self.root}")
+            artifact = self._verified(key, fd, meta)
         self._prediction(key, artifact)
         return artifact
 
-    def _fix(self, key: str) -> str:
+    def _meta(self, fd: Optional[int], key: str) -> Optional[dict]:
+        """``key``'s sidecar, or None when it has none."""
+        try:
+            return None if fd is None else self._sidecar(fd, key)
+        except FileNotFoundError:
+            return None
+
+    @property
+    def _fix(self) -> str:
         return f"remove it with `wam artifacts gc {self.root}` (it is recomputed on the next run)"
 
     def _read(self, fd: int, key: str, suffix: str, limit: Optional[int] = None) -> bytes:
@@ -213,21 +219,21 @@ class ArtifactStore:
             raise ArtifactError(f"artifact {key}: {path} is {exc.what}, not a regular file; remove it yourself "
                                 "(`wam artifacts gc` leaves such files alone)") from None
         except (ValueError, PermissionError, IsADirectoryError) as exc:
-            raise ArtifactError(f"artifact {key}: {path} cannot be read ({exc}); {self._fix(key)}") from None
+            raise ArtifactError(f"artifact {key}: {path} cannot be read ({exc}); {self._fix}") from None
 
     def _sidecar(self, fd: int, key: str) -> dict:
         path = self.root / key[:2] / f"{key}{SIDECAR}"
         try:
             meta = json.loads(self._read(fd, key, SIDECAR, MAX_SIDECAR_BYTES))
         except ValueError as exc:
-            raise ArtifactError(f"artifact {key}: unreadable sidecar {path} ({exc}); {self._fix(key)}") from None
+            raise ArtifactError(f"artifact {key}: unreadable sidecar {path} ({exc}); {self._fix}") from None
         problem = _sidecar_problem(meta, key)
         if problem:
-            raise ArtifactError(f"artifact {key}: sidecar {path} {problem}; {self._fix(key)}")
+            raise ArtifactError(f"artifact {key}: sidecar {path} {problem}; {self._fix}")
         return meta
 
     def _verified(self, key: str, fd: int, meta: Mapping[str, Any]) -> dict:
-        fix = self._fix(key)
+        fix = self._fix
         payload_path = self.root / key[:2] / f"{key}{PAYLOAD}"
         try:
             data = self._read(fd, key, PAYLOAD)
@@ -255,7 +261,7 @@ class ArtifactStore:
             return Prediction.from_wire(artifact["prediction"])
         except (KeyError, TypeError, ValueError, AttributeError, WamError) as exc:
             raise ArtifactError(f"artifact {key} holds no valid prediction ({type(exc).__name__}: {exc}); "
-                                f"{self._fix(key)}") from None
+                                f"{self._fix}") from None
 
     def put(self, key: str, prediction: Prediction, meta: Mapping[str, Any]) -> dict:
         payload_path, meta_path = self._paths(key)
@@ -346,8 +352,8 @@ class ArtifactStore:
                 left.append((str(folder / name), f"{kind(st.st_mode)}, not a regular file: left alone"))
                 continue
             reason = None
-            if role == "temp":
-                reason = "interrupted write"
+            if role == "temp":  # a younger one may be a write in progress in another process
+                reason = "interrupted write" if now - st.st_mtime > TEMP_GRACE_S else None
             elif role == "payload" and f"{key}{SIDECAR}" not in regular:
                 reason = "no sidecar (incomplete)"
             elif role == "sidecar":

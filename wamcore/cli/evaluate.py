@@ -124,6 +124,7 @@ def eval_(ctx, **kwargs):
         **({"planning": planning} if planning else {}),
     }
     results = ResultsDir(out)
+    ctx.call_on_close(results.unlock)  # prepare() locks OUT; another driver there is refused until then
     try:
         done = results.prepare(run_config, resume=resume, overwrite=overwrite, retry_failed=retry_failed)
     except BaseException:

@@ -3,8 +3,13 @@
 ``OUT/config.json`` holds what defines the run (platform, options, episode keys); a resumed
 run must match it, except that it may plan more episodes (a larger ``--episodes`` extends a
 finished run). ``OUT/episodes.jsonl`` gets one line per finished episode, appended and
-flushed as each finishes, by the driver alone, so an interruption loses at most the line
+fsynced as each finishes, by the driver alone, so an interruption loses at most the line
 being written. ``OUT/summary.json`` and ``OUT/results.csv`` are written at the end.
+
+Every other write replaces its file in one rename (:func:`wamcore.files.atomic_write`), so
+a kill or a full disk leaves the old file whole; a file that cannot be read is a
+:class:`RunFolderError` naming it and how to recover. The driver holds ``OUT/.lock``
+(``flock``) for as long as it runs: a second one is refused (:class:`RunLocked`).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from ..errors import ConfigurationError, WamError
 from ..execution import RUNTIME_FAILURE
-from ..files import NotRegularFile, atomic_write, read_regular
+from ..files import atomic_write, read_regular
 from .env_worker import ENV_FAULT, MODEL_FAULT
 
 log = logging.getLogger("wamcore.evaluation")
@@ -231,7 +236,7 @@ def read_records(path: Path) -> Dict[str, dict]:
         text = read_regular(path).decode("utf-8", errors="replace")
     except FileNotFoundError:
         raise
-    except (NotRegularFile, OSError) as exc:
+    except OSError as exc:
         raise RunFolderError(f"{path} is unreadable ({_one_line(exc)}); move it away to start over") from None
     lines = text.split("\n")
     out: Dict[str, dict] = {}

@@ -225,7 +225,7 @@ def render(run_dir: Path) -> str:
     summary: Dict[str, Any] = {}
     if os.path.lexists(run_dir / "summary.json"):
         summary = _checked(run_dir / "summary.json", _SUMMARY, "remove it: the report is made from episodes.jsonl "
-                           "without it, and `wam eval ... --resume` writes it again")
+                           "without it, and `wam eval ... --resume` writes it again", _SUMMARY_NESTED)
     from ..execution import summarize
 
     summary = {**summary, **summarize(records), **group_summaries(records)}  # also for an unfinished run
@@ -258,18 +258,23 @@ _STR = (str, type(None))
 _CONFIG = {"platform": _STR, "backend": _STR, "instruction": _STR, "episodes": (list, type(None)),
            "platform_options": _OBJ, "request_options": _OBJ}
 _SUMMARY = {"model": _STR, "model_info": _OBJ, "versions": _OBJ, "executor": _STR, "num_envs": (int, type(None))}
-_MODEL_INFO = {"backend": _STR, "checkpoint": _STR, "device": _STR, "details": _OBJ,
-               "capabilities": (list, type(None))}
+_SUMMARY_NESTED = {"model_info": {"backend": _STR, "checkpoint": _STR, "device": _STR, "details": _OBJ,
+                                   "capabilities": (list, type(None))},
+                   "model_info.details": {"worker": _OBJ, "options": _OBJ}}
 
 
-def _checked(path: Path, fields: Mapping[str, tuple], fix: str) -> dict:
-    """A JSON object of the run folder whose fields the report uses have their types, or a
-    :class:`RunFolderError` naming the file and how to recover."""
+def _checked(path: Path, fields: Mapping[str, tuple], fix: str,
+             nested: Optional[Mapping[str, Mapping[str, tuple]]] = None) -> dict:
+    """A JSON object of the run folder whose fields the report uses have their types (and
+    those of its ``nested`` objects, by dotted path), or a :class:`RunFolderError` naming
+    the file and how to recover."""
     value = read_json_object(path, fix)
-    info = value.get("model_info") if fields is _SUMMARY else None
-    problem = field_problem(value, fields) or (field_problem(info, _MODEL_INFO) if isinstance(info, dict) else None)
-    if problem is None and isinstance(info, dict) and isinstance(info.get("details"), dict):
-        problem = field_problem(info["details"], {"worker": _OBJ, "options": _OBJ})
+    problem = field_problem(value, fields)
+    for dotted, inner_fields in (nested or {}).items():
+        inner: Any = value
+        for part in dotted.split("."):
+            inner = inner.get(part) if isinstance(inner, dict) else None
+        problem = problem or (field_problem(inner, inner_fields) if isinstance(inner, dict) else None)
     if problem:
         raise RunFolderError(f"{path} is not what `wam eval` writes ({problem}); {fix}")
     return value
