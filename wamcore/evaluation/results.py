@@ -92,6 +92,10 @@ class ResultsDir:
             handle.close()
             raise RunLocked(f"{self.out} is in use by another `wam eval` (pid {holder}); wait for it to end or stop "
                             "it, then --resume (two drivers would run the same episodes twice)") from None
+        except OSError as exc:  # a file system without locks
+            handle.close()
+            raise RunFolderError(f"{self.lock_path} cannot be locked ({_one_line(exc)}); use an --out on a file "
+                                 "system that supports flock") from None
         handle.truncate(0)
         handle.write(f"{os.getpid()}\n")
         handle.flush()
