@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -125,9 +126,16 @@ def test_a_modified_or_misfiled_artifact_is_refused_and_collected(counted, tmp_p
     with pytest.raises(ArtifactError, match="is not the artifact"):
         store.get(keys[2])
     (tmp_path / "ab").mkdir(exist_ok=True)
-    (tmp_path / "ab" / "leftover.wam.123.tmp").write_bytes(b"x")
-    removed = {Path(p).name: why for p, why in store.gc()}
-    assert set(removed) == {f"{keys[0]}.json", f"{keys[0]}.wam", f"{keys[2]}.json", f"{keys[2]}.wam", "leftover.wam.123.tmp"}
+    leftover = f"ab{'0' * 62}.wam.123.tmp"  # an interrupted write of an earlier version
+    (tmp_path / "ab" / leftover).write_bytes(b"x")
+    os.utime(tmp_path / "ab" / leftover, (0, 0))  # long ago: a write in progress would be younger
+    (tmp_path / "ab" / f".ab{'1' * 62}.wam.0123abcd.tmp").write_bytes(b"x")  # being written right now: kept
+    (tmp_path / "ab" / "notes.wam.123.tmp").write_bytes(b"x")  # not named by a key: never the cache's
+    removed, left = store.gc()
+    removed = {Path(p).name: why for p, why in removed}
+    assert set(removed) == {f"{keys[0]}.json", f"{keys[0]}.wam", f"{keys[2]}.json", f"{keys[2]}.wam", leftover}
+    assert left == [] and (tmp_path / "ab" / "notes.wam.123.tmp").exists()
+    assert (tmp_path / "ab" / f".ab{'1' * 62}.wam.0123abcd.tmp").exists()
     assert store.get(keys[1]) is not None and store.get(keys[0]) is None
     n = len(calls)
     cached.predict(requests[0])
@@ -228,3 +236,132 @@ def _perturbed(path: Path) -> None:
     with torch.no_grad():
         next(p for p in net.parameters() if p.ndim == 1).add_(1e-3)
     save_weights(net, path, about["training"])
+
+
+# ----------------------------------------------------------------------------- a hostile or unlucky cache
+
+
+def _filled(counted, root: Path, n: int = 2) -> list:
+    """``n`` real artifacts in ``root``; their keys."""
+    model, _ = counted
+    cached = CachedModel(model, ArtifactStore(root))
+    requests = [PredictRequest(observation=PointMassEnv().reset(seed=s)) for s in range(n)]
+    for r in requests:
+        cached.predict(r)
+    return [request_key(cached.identity_sha256, r) for r in requests]
+
+
+def test_gc_touches_only_key_named_regular_files_in_real_folders(counted, tmp_path):
+    cache, outside = tmp_path / "cache", tmp_path / "outside"
+    keys = _filled(counted, cache)
+    outside.mkdir()
+    victims = {"notes.json": b"{}", "draft.tmp": b"x", "model.wam": b"w",  # what gc used to delete anywhere
+               f"cd{'1' * 62}.wam": b"w", f"cd{'1' * 62}.wam.7.tmp": b"x"}  # named like the cache's own files
+    for name, data in victims.items():
+        (outside / name).write_bytes(data)
+    (cache / "cd").symlink_to(outside, target_is_directory=True)  # a shard folder that is a link
+    secret = tmp_path / "secret.json"
+    secret.write_text("keep me")
+    shard = cache / keys[0][:2]
+    (shard / f"{keys[0][:2]}{'2' * 62}.json").symlink_to(secret)  # a sidecar that is a link
+    (shard / "mine.wam").write_bytes(b"not the cache's")  # no key: never touched
+    removed, left = ArtifactStore(cache).gc()
+    assert removed == []
+    assert {Path(p).name for p, _ in left} == {"cd", f"{keys[0][:2]}{'2' * 62}.json"}
+    assert all("left alone" in why for _, why in left)
+    assert sorted(p.name for p in outside.iterdir()) == sorted(victims) and secret.read_text() == "keep me"
+    assert (shard / "mine.wam").exists() and all(ArtifactStore(cache).get(k) is not None for k in keys)
+    shown = wam("artifacts", "gc", cache)
+    assert shown.returncode == 0 and "0 file(s) removed" in shown.stderr
+    assert "left alone" in shown.stderr and "a symbolic link" in shown.stderr
+    assert sorted(os.listdir(outside)) == sorted(victims)
+
+
+def test_a_fifo_in_the_cache_hangs_nothing(counted, tmp_path):
+    cache = tmp_path / "cache"
+    keys = _filled(counted, cache, 3)
+    sidecar, payload = cache / keys[0][:2] / f"{keys[0]}.json", cache / keys[1][:2] / f"{keys[1]}.wam"
+    for path in (sidecar, payload):
+        path.unlink()
+        os.mkfifo(path)  # nobody will ever write to them: opening one to read would wait forever
+    listed = wam("artifacts", "ls", cache, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert keys[2][:16] in listed.stdout and keys[1][:16] in listed.stdout  # the others are still listed
+    assert "a FIFO, not a regular file" in listed.stderr and keys[0][:16] in listed.stderr
+    shown = wam("artifacts", "show", cache, keys[1][:12], timeout=60)
+    assert shown.returncode == 1 and "a FIFO, not a regular file" in shown.stderr and "Traceback" not in shown.stderr
+    collected = wam("artifacts", "gc", cache, timeout=60)
+    assert collected.returncode == 0 and collected.stderr.count("a FIFO") == 2  # left alone, reported
+    assert sidecar.is_fifo() and payload.is_fifo()
+    with pytest.raises(ArtifactError, match="a FIFO"):
+        ArtifactStore(cache).get(keys[0])
+
+
+def test_wam_eval_with_a_fifo_at_a_cached_answer_stops_with_a_typed_error(tmp_path):
+    args = ["eval", "--episodes", 1, "--max-chunks", 2, "--cache", tmp_path / "c"]
+    first = wam(*args, "--out", tmp_path / "a")
+    assert first.returncode == 0, first.stderr
+    sidecars = sorted((tmp_path / "c").glob("??/*.json"))
+    assert sidecars
+    for path in sidecars:
+        path.unlink()
+        os.mkfifo(path)
+    again = wam(*args, "--out", tmp_path / "b", timeout=120)  # before: waited for a writer forever
+    assert again.returncode == 1
+    assert "a FIFO, not a regular file; remove it yourself" in again.stderr and "Traceback" not in again.stderr
+
+
+def test_put_never_follows_a_link_planted_at_a_temp_name(counted, tmp_path):
+    model, _ = counted
+    store = ArtifactStore(tmp_path / "cache")
+    request = PredictRequest(observation=PointMassEnv().reset(seed=5))
+    identity = CachedModel(model, store).identity_sha256
+    key = request_key(identity, request)
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    folder = tmp_path / "cache" / key[:2]
+    folder.mkdir(parents=True)
+    for suffix in (".wam", ".json"):  # the names every earlier version wrote to, for this process
+        (folder / f"{key}{suffix}.{os.getpid()}.tmp").symlink_to(victim)
+    CachedModel(model, store).predict(request)
+    assert victim.read_text() == "precious"
+    assert store.get(key) is not None and not (folder / f"{key}.wam").is_symlink()
+    assert [p.name for p in folder.iterdir() if p.name.startswith(".")] == []  # no temp file left behind
+    # a shard folder that is a link is refused, not written through
+    other = PredictRequest(observation=PointMassEnv().reset(seed=6))
+    okey = request_key(identity, other)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if not (tmp_path / "cache" / okey[:2]).exists():
+        (tmp_path / "cache" / okey[:2]).symlink_to(outside, target_is_directory=True)
+        with pytest.raises(ArtifactError, match="never a link"):
+            CachedModel(model, store).predict(other)
+        assert list(outside.iterdir()) == []
+
+
+def test_one_bad_sidecar_does_not_hide_the_rest_of_the_cache(counted, tmp_path):
+    keys = _filled(counted, tmp_path, 3)
+    bad = {keys[0]: "{not json", keys[1]: json.dumps(["a", "list"])}
+    for key, text in bad.items():
+        (tmp_path / key[:2] / f"{key}.json").write_text(text)
+    odd = f"{keys[2][:2]}{'3' * 62}"
+    (tmp_path / keys[2][:2] / f"{odd}.json").write_text(json.dumps({"key": odd, "created": 5, "identity": "x"}))
+    listed = wam("artifacts", "ls", tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.count("\n") == 1 and keys[2][:16] in listed.stdout
+    assert "1 artifact(s)" in listed.stderr and "3 unreadable" in listed.stderr and "Traceback" not in listed.stderr
+    assert "unreadable sidecar" in listed.stderr and "is list, not an object" in listed.stderr
+    as_json = [json.loads(line) for line in wam("artifacts", "ls", tmp_path, "--json").stdout.splitlines()]
+    assert sorted(m["key"] for m in as_json if "broken" in m) == sorted([keys[0], keys[1], odd])
+
+
+def test_ls_shows_no_control_sequence_from_a_sidecar(counted, tmp_path):
+    keys = _filled(counted, tmp_path, 1)
+    path = tmp_path / keys[0][:2] / f"{keys[0]}.json"
+    meta = json.loads(path.read_text())
+    meta["identity"]["backend"] = "evil\x1b]0;owned\x07\x1b[2J\x9b31m"
+    path.write_text(json.dumps(meta))
+    listed = wam("artifacts", "ls", tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert "\x1b" not in listed.stdout and "\x07" not in listed.stdout and "\x9b" not in listed.stdout
+    assert "evil\\x1b]0;owned\\x07\\x1b[2J\\x9b31m" in listed.stdout  # shown, not run

@@ -359,3 +359,146 @@ def test_progress_on_a_terminal_and_in_a_log():
     p.close()
     last = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", term.getvalue()).splitlines()[-1]  # redrawn in place
     assert re.search(r"━+.* 1/4 1 ok \(100\.0%\), ETA \d+:\d\d, [\d.]+ ep/min, 1 running", last), last
+
+
+# ----------------------------------------------------------------------------- crash-consistent run folders
+
+
+def test_progress_lines_show_control_sequences_instead_of_running_them():
+    log = io.StringIO()
+    p = Progress(2, stream=log, tty=False)
+    p.finished({"key": "k\x1b[2J", "success": False, "steps": 1, "stop_reason": "runtime_failure",
+                "error": "boom \x1b]0;owned\x07\x9b1m"})
+    term = io.StringIO()
+    t = Progress(2, label="evil\x1b[31m\r[bold]", stream=term, tty=True, width=100)
+    t.started("a")
+    t.close()
+    assert "\x1b[2J" not in log.getvalue() and "\x07" not in log.getvalue() and "\x9b" not in log.getvalue()
+    assert "k\\x1b[2J: no success" in log.getvalue() and "(boom \\x1b]0;owned\\x07\\x9b1m)" in log.getvalue()
+    drawn = term.getvalue()
+    # the label as text (escaped, and no rich markup either); only the bar's own codes remain
+    assert "evil\\x1b[31m\\x0d[bold]" in drawn and "\x1b[31m" not in drawn
+
+
+def _fsize_limit(limit: int):
+    """preexec_fn: a file-size limit, as a full disk would stop a write in the middle."""
+    import resource
+
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def test_a_write_cut_short_leaves_config_and_records_intact(tmp_path):
+    out = tmp_path / "o"
+    args = ["eval", *EVALTOY, "--episodes", 12, "--out", out]
+    assert wam(*args).returncode == 0
+    config, lines = (out / "config.json").read_text(), (out / "episodes.jsonl").read_text()
+    env = eval_env(PYTHONDONTWRITEBYTECODE="1")
+    # resuming rewrites episodes.jsonl (and config.json): cut both writes short
+    cut = subprocess.run([sys.executable, "-m", "wamcore", *map(str, args), "--resume"], env=env,
+                         capture_output=True, text=True, timeout=180,
+                         preexec_fn=_fsize_limit(min(len(config), len(lines)) // 2))
+    assert cut.returncode == 1 and "Traceback" not in cut.stderr, cut.stderr
+    assert "could not write" in cut.stderr and "left as it was" in cut.stderr
+    assert (out / "config.json").read_text() == config and (out / "episodes.jsonl").read_text() == lines
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
+    # extending the run writes a larger config.json: cut that one short too
+    bigger = subprocess.run([sys.executable, "-m", "wamcore", *map(str, args[:-4]), "--episodes", "400", "--out", out,
+                             "--resume"], env=env, capture_output=True, text=True, timeout=180,
+                            preexec_fn=_fsize_limit(len(config) + 100))
+    assert bigger.returncode == 1 and (out / "config.json").read_text() == config
+    resumed = wam(*args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(records(out)) == 12
+
+
+def test_unreadable_run_files_give_one_line_that_says_how_to_recover(tmp_path):
+    out = tmp_path / "o"
+    args = ["eval", *EVALTOY, "--episodes", 4, "--out", out]
+    assert wam(*args).returncode == 0
+    good = (out / "episodes.jsonl").read_text().splitlines()
+    # a kill in the middle of an append: the cut line is dropped with a warning and its episode runs again
+    (out / "episodes.jsonl").write_text("\n".join(good[:3]) + "\n" + good[3][:25])
+    resumed = wam(*args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "dropped its last line, cut by an interruption" in resumed.stderr
+    assert len(records(out)) == 4 and "1/4 episodes" not in resumed.stderr
+    finished = (out / "episodes.jsonl").read_text()
+    for name, text, hint in (("config.json", '{"platform": "evalt', "rerun the command that started this run"),
+                             ("model_identity.json", "[]", "--resume again with the model that produced"),
+                             ("episodes.jsonl", good[0] + "\n{garbage\n" + good[1] + "\n", "line 2")):
+        saved = (out / name).read_text()
+        (out / name).write_text(text)
+        if name == "model_identity.json":  # read once the model has started: leave an episode to run
+            (out / "episodes.jsonl").write_text("\n".join(finished.splitlines()[:3]) + "\n")
+        failed = wam(*args, "--resume")
+        assert failed.returncode == 1, failed.stderr
+        lines = failed.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"Error: {out / name}") and hint in lines[0], failed.stderr
+        (out / name).write_text(saved)
+        (out / "episodes.jsonl").write_text(finished)
+    # what each message says to do works: a removed config.json is written again from the command
+    (out / "config.json").unlink()
+    again = wam(*args, "--resume")
+    assert again.returncode == 0 and "was missing" in again.stderr
+    assert json.loads((out / "config.json").read_text())["platform"] == "evaltoy"
+
+
+def test_a_second_driver_on_the_same_out_is_refused_with_the_holders_pid(tmp_path):
+    out = tmp_path / "o"
+    args = ["eval", *EVALTOY, "--episodes", 30, "--step-delay", 0.01, "--out", out]
+    first = start_wam(*args)
+    wait_for(lambda: (out / "episodes.jsonl").exists() and records(out), what="a first record")
+    second = wam(*args, "--resume")
+    assert second.returncode == 2
+    assert second.stderr.strip().splitlines() == [
+        f"Error: {out} is in use by another `wam eval` (pid {first.pid}); wait for it to end or stop it, then "
+        "--resume (two drivers would run the same episodes twice)"]
+    assert first.wait(timeout=180) == 0, first.stderr.read()
+    assert sorted(records(out)) == sorted(f"seed={i}" for i in range(30))  # each key once
+    assert wam(*args, "--resume").returncode == 0  # the lock went with the first driver
+
+
+def test_a_non_json_line_from_an_env_process_is_that_processs_fault(tmp_path, no_leaks):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    result = wam("eval", *EVALTOY, "--episodes", 6, "--num-envs", 2, "--garbage-seed", 2, "--marker-dir", markers,
+                 "--out", tmp_path / "o")
+    assert result.returncode == 0, result.stderr
+    rows = records(tmp_path / "o")
+    assert len(rows) == 6
+    bad = rows["seed=2"]
+    assert bad["stop_reason"] == "runtime_failure" and bad["fault"] == "env"
+    assert "not a protocol message: b'simulator says hello'" in bad["error"]
+    assert all(r["success"] for k, r in rows.items() if k != "seed=2")
+    assert "starting a replacement" in result.stderr
+
+
+def test_retry_failed_reruns_what_a_process_fault_ended_and_replaces_its_records(tmp_path):
+    out = tmp_path / "o"
+    args = ["eval", *EVALTOY, "--episodes", 6, "--out", out]
+    assert wam(*args).returncode == 0
+    rows = records(out)
+    failed = {"seed=1": {"fault": "env", "error": "env process 0 was killed by SIGKILL"},
+              "seed=3": {"fault": "model", "error": "the model worker died"},
+              "seed=4": {"error": "EnvironmentFailure: the platform raised in a step"}}  # not a process's fault
+    for key, extra in failed.items():
+        rows[key] = {**rows[key], "success": False, "stop_reason": "runtime_failure", **extra}
+    (out / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows.values()))
+    assert wam(*args, "--resume").returncode == 0
+    assert records(out) == rows  # --resume alone keeps them
+    refused = wam(*args, "--retry-failed")
+    assert refused.returncode == 2 and "needs --resume" in refused.stderr
+    retried = wam(*args, "--resume", "--retry-failed")
+    assert retried.returncode == 0, retried.stderr
+    assert "2 episode(s) that a process's fault ended run again" in retried.stderr
+    after = records(out)  # one line per key (records() checks it)
+    assert sorted(after) == sorted(rows)
+    assert after["seed=1"]["success"] and after["seed=3"]["success"] and "fault" not in after["seed=1"]
+    assert after["seed=4"] == rows["seed=4"]
+    assert {k: after[k] for k in ("seed=0", "seed=2", "seed=5")} == {k: rows[k] for k in ("seed=0", "seed=2", "seed=5")}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stop_reasons"].get("runtime_failure") == 1

@@ -245,6 +245,33 @@ def test_a_saved_snapshot_restores_into_another_env_and_replays_exactly(tmp_path
         snapshots.load(path)
 
 
+def test_a_cut_or_forged_snapshot_is_a_typed_error(tmp_path):
+    from wamcore import wire
+    from wamcore.canonical import digest
+
+    env = PointMassEnv(action_noise=0.2)
+    env.reset(seed=5)
+    state = plain(env.snapshot())
+
+    def saved(name, content):
+        path = tmp_path / name
+        path.write_bytes(wire.packb({"type": "wamcore.snapshot", "v": 1, **content}))
+        return path
+
+    no_state = saved(f"{digest(state)}.snapshot", {"address": digest(state), "about": {}})
+    with pytest.raises(ArtifactError, match="has no state"):
+        snapshots.load(no_state)
+    with pytest.raises(ArtifactError, match="has no address"):
+        snapshots.load(saved("x.snapshot", {"state": state}))
+    for forged in ("9" * 5000, "12abc", 12):  # beyond int()'s digit limit, not a decimal, not text
+        bad = {**state, "steps": {"__wamcore_int__": forged}}
+        path = saved(f"{digest(bad)}.snapshot", {"address": digest(bad), "about": {}, "state": bad})
+        with pytest.raises(ArtifactError, match="not a decimal of at most 4300 digits"):
+            snapshots.load(path)
+    big = {**state, "steps": {"__wamcore_int__": "9" * 400}}  # valid, but beyond any float
+    assert max_difference(big, big) == 0.0 and max_difference(big, state) == float("inf")
+
+
 def test_the_address_covers_every_field_and_only_content():
     env = PointMassEnv()
     env.reset(seed=1)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers_browser import FLAGS, chromium, not_blank, render  # noqa: E402
@@ -138,3 +139,130 @@ def test_video_captions_are_drawn_in_a_truetype_font():
     assert len(np.unique(banner)) > 20  # anti-aliased outlines; PIL's bitmap font draws two levels only
     # a long instruction is cut with an ellipsis inside the frame, not run off its edge
     assert banner[:, -4:].max() == 0
+
+
+# ----------------------------------------------------------------------------- hostile or broken run folders
+
+
+def wam(*args, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "wamcore", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _run_folder(root: Path, records, config=None) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.json").write_text(json.dumps(config if config is not None else
+                                                 {"platform": "pointmass", "backend": "x", "episodes": []}))
+    (root / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return root
+
+
+def test_the_report_embeds_only_regular_files_inside_the_runs_videos(tmp_path):
+    import base64
+    import os
+
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(b"SECRET-" * 40)
+    run = tmp_path / "run"
+    (run / "videos").mkdir(parents=True)
+    (run / "videos" / "ok.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42" + b"V" * 200)
+    (run / "videos" / "link.mp4").symlink_to(secret)
+    os.mkfifo(run / "videos" / "pipe.mp4")
+    (run / "inside.mp4").write_bytes(b"OUTSIDE-VIDEOS" * 20)  # in the run, not in videos/
+    videos = {"ok": "videos/ok.mp4", "absolute": str(secret), "dotdot": "../secret.txt",
+              "climb": "videos/../../secret.txt", "link": "videos/link.mp4", "fifo": "videos/pipe.mp4",
+              "notvideos": "inside.mp4"}
+    _run_folder(run, [{**_record("a", i, 0, True, 5), "key": key, "video": path} for i, (key, path) in enumerate(videos.items())])
+    done = wam("report", run, timeout=60)  # a FIFO must not hang it
+    assert done.returncode == 0, done.stderr
+    page = (run / "report.html").read_text()
+    assert page.count("<video") == 1 and base64.b64encode((run / "videos" / "ok.mp4").read_bytes()).decode() in page
+    for data in (secret.read_bytes(), (run / "inside.mp4").read_bytes()):
+        assert base64.b64encode(data[:60]).decode()[:40] not in page
+    warned = [line for line in done.stderr.splitlines() if "not embedding the video" in line]
+    assert len(warned) == 6, done.stderr
+    assert "a symbolic link" in done.stderr and "a FIFO" in done.stderr and "Traceback" not in done.stderr
+    # a videos folder that is itself a link is not read at all
+    os.rename(run / "videos", tmp_path / "elsewhere")
+    (run / "videos").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    again = wam("report", run, timeout=60)
+    assert again.returncode == 0 and "<video" not in (run / "report.html").read_text()
+    assert "not embedding any video" in again.stderr
+
+
+GOOD = {**_record("a", 0, 0, True, 5), "wall_s": 1.0, "instruction": "go", "values": [0.1, 0.5]}
+MALFORMED = {
+    "config not JSON": ("config.json", "{platform"),
+    "config a list": ("config.json", "[1, 2]"),
+    "config episodes a number": ("config.json", json.dumps({"platform": "p", "episodes": 7})),
+    "config options a string": ("config.json", json.dumps({"platform": "p", "platform_options": "x"})),
+    "record not JSON": ("episodes.jsonl", "{oops\n" + json.dumps(GOOD) + "\n"),
+    "record a list": ("episodes.jsonl", "[1]\n"),
+    "record without a key": ("episodes.jsonl", json.dumps({k: v for k, v in GOOD.items() if k != "key"}) + "\n"),
+    "record steps as text": ("episodes.jsonl", json.dumps({**GOOD, "steps": "5"}) + "\n"),
+    "record success as text": ("episodes.jsonl", json.dumps({**GOOD, "success": "yes"}) + "\n"),
+    "record labels a list": ("episodes.jsonl", json.dumps({**GOOD, "labels": [1]}) + "\n"),
+    "record values of text": ("episodes.jsonl", json.dumps({**GOOD, "values": ["a"]}) + "\n"),
+    "record video a number": ("episodes.jsonl", json.dumps({**GOOD, "video": 3}) + "\n"),
+    "summary not JSON": ("summary.json", "{"),
+    "summary model_info a list": ("summary.json", json.dumps({"model_info": [1]})),
+    "summary capabilities a string": ("summary.json", json.dumps({"model_info": {"capabilities": "all"}})),
+    "summary versions a string": ("summary.json", json.dumps({"versions": "1.0"})),
+    "summary worker a list": ("summary.json", json.dumps({"model_info": {"details": {"worker": [1]}}})),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_malformed_run_folder_gives_one_typed_line(tmp_path, case):
+    name, text = MALFORMED[case]
+    run = _run_folder(tmp_path / "run", [GOOD])
+    (run / name).write_text(text)
+    done = wam("report", run, timeout=60)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith("Error: ") and str(run / name) in lines[0]
+    assert any(word in lines[0] for word in ("remove", "restore")), lines[0]  # and how to recover
+    assert not (run / "report.html").exists()
+
+
+def test_the_report_drops_a_cut_last_line_with_a_warning(tmp_path):
+    run = _run_folder(tmp_path / "run", [GOOD])
+    with (run / "episodes.jsonl").open("a") as f:
+        f.write(json.dumps({**GOOD, "key": "b"})[:30])  # killed in the middle of an append
+    done = wam("report", run, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "dropped its last line" in done.stderr and "1/1 successes" in (run / "report.html").read_text()
+
+
+def test_csv_cells_a_spreadsheet_would_evaluate_are_neutralised():
+    from wamcore.report.tables import csv_cell
+
+    evil = {"=HYPERLINK(\"http://x\")": "'=HYPERLINK(\"http://x\")", "+1+cmd|' /C calc'!A0": "'+1+cmd|' /C calc'!A0",
+            "-2+3": "'-2+3", "@SUM(A1)": "'@SUM(A1)", "\tx": "'\tx", "\r=1": "'\r=1", "-inf": "'-inf"}
+    for text, safe in evil.items():
+        assert csv_cell(text) == safe
+    for number in (-3, -0.25, 7, "-3", "-0.25", "+4", "-1e-3", "12"):
+        assert csv_cell(number) == number  # a number, even a negative one, stays a number
+    rows = [{**_record("=a", 0, 0, True, 5), "key": "=cmd", "instruction": "@go", "error": "-x", "wall_s": -1.5,
+             "labels": {"suite": "=a", "task": -1, "init": "+2", "seed": 0}}]
+    parsed = list(csv.DictReader(io.StringIO(records_csv(rows))))[0]
+    assert (parsed["key"], parsed["suite"], parsed["instruction"], parsed["error"]) == ("'=cmd", "'=a", "'@go", "'-x")
+    assert (parsed["task"], parsed["init"], parsed["wall_s"]) == ("-1", "+2", "-1.5")
+
+
+def test_the_terminal_table_shows_control_sequences_instead_of_running_them():
+    records = [_record("s\x1b[2J", 0, 0, True, 5), _record("s", "t\x1b]0;owned\x07\r", 0, False, 9)]
+    summary = {**group_summaries(records), "episodes": 2, "successes": 1, "success_rate": 0.5, "ci95": [0.1, 0.9],
+               "mean_steps": 7.0, "stop_reasons": {"x\x9bq": 1}}
+    table = format_table(summary)
+    assert not any(c in table for c in "\x1b\x07\r\x9b")
+    assert "s\\x1b[2J/0" in table and "t\\x1b]0;owned\\x07\\x0d" in table and "x\\x9bq 1" in table
+
+
+def test_an_error_echoing_a_path_shows_its_control_sequences(tmp_path):
+    odd = tmp_path / "run\x1b[2J\x1b]0;owned\x07"
+    odd.mkdir()
+    done = wam("report", odd, timeout=60)
+    assert done.returncode == 2 and "not a `wam eval` output folder" in done.stderr
+    assert "\x1b" not in done.stderr and "\x07" not in done.stderr and "\\x1b[2J" in done.stderr

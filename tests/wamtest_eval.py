@@ -62,7 +62,8 @@ class EvalToyEnv:
     control = CONTROL
 
     def __init__(self, step_delay=0.0, crash_seed=None, hang_seed=None, nan_seed=None, marker_dir=None, max_steps=40,
-                 reset_error_seed=None, die_on_build=False, die_after_crash=False, tasks=1, task=0):
+                 reset_error_seed=None, die_on_build=False, die_after_crash=False, tasks=1, task=0,
+                 garbage_seed=None):
         if marker_dir:
             Path(marker_dir, f"start-{os.getpid()}").write_text("")
         if die_on_build or (die_after_crash and marker_dir and any(Path(marker_dir).glob("crashed-*"))):
@@ -70,6 +71,7 @@ class EvalToyEnv:
         self.step_delay = float(step_delay or 0.0)
         self.crash_seed, self.hang_seed, self.nan_seed = crash_seed, hang_seed, nan_seed
         self.reset_error_seed = reset_error_seed
+        self.garbage_seed = garbage_seed
         self.marker_dir = marker_dir
         self.max_steps = int(max_steps)
         self.position, self.steps, self.seed = 0.0, 0, None
@@ -85,6 +87,9 @@ class EvalToyEnv:
         if seed is not None and seed == self.reset_error_seed:
             raise RuntimeError(f"the simulator failed to reset for seed {seed}")
         if seed is not None and seed == self.hang_seed and _first_time(self.marker_dir, "env-hang"):
+            time.sleep(3600)
+        if seed is not None and seed == self.garbage_seed and _first_time(self.marker_dir, "env-garbage"):
+            os.write(_protocol_fd(), b"simulator says hello\n")  # as a native library writing into the protocol would
             time.sleep(3600)
         self.seed = seed
         self.position = float(np.random.default_rng(seed).uniform(-1.0, 1.0))
@@ -110,6 +115,21 @@ class EvalToyEnv:
 
     def close(self):
         pass
+
+
+def _protocol_fd() -> int:
+    """The env process's event stream: the one write-only pipe beyond fds 0-2."""
+    import fcntl
+
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            pipe = fd > 2 and os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:")
+            if pipe and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY:
+                return fd
+        except OSError:
+            continue
+    raise RuntimeError("not in an env process: no event pipe")
 
 
 class Controller:
@@ -151,6 +171,8 @@ def wam_register_platforms(register):
             Option("die-after-crash", type="bool", default=False,
                    help="Exit while the env is built once an env crashed (--crash-seed)."),
             Option("tasks", type="int", default=1, help="Tasks to plan episodes over."),
+            Option("garbage-seed", type="int", default=None,
+                   help="At this seed's reset, write a line that is not JSON into the env process's event stream."),
         ),
     ))
 

@@ -12,6 +12,7 @@ template had tuples), so that no file ever names a class to instantiate.
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 import attrs
@@ -21,6 +22,7 @@ from . import wire
 from .errors import ProtocolError
 
 _BIG_INT = "__wamcore_int__"
+_DECIMAL = re.compile(r"-?[0-9]+")
 _INT64 = (-(2**63), 2**63 - 1)
 
 
@@ -46,6 +48,29 @@ def plain(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [plain(v) for v in obj]
     raise ProtocolError(f"cannot serialise a {type(obj).__name__}")
+
+
+#: the most digits a tagged integer may have (Python's own limit for converting text to int)
+MAX_INT_DIGITS = 4300
+
+
+def checked_tree(tree: Any) -> Any:
+    """``tree`` (read back from a file) if every tagged integer in it is a decimal of at most
+    :data:`MAX_INT_DIGITS` digits; otherwise ProtocolError, before anything converts one."""
+    if isinstance(tree, dict):
+        if _BIG_INT in tree:
+            text = tree[_BIG_INT]
+            if set(tree) != {_BIG_INT} or not isinstance(text, str) or not _DECIMAL.fullmatch(text) \
+                    or len(text.lstrip("-")) > MAX_INT_DIGITS:
+                raise ProtocolError(f"a saved integer is not a decimal of at most {MAX_INT_DIGITS} digits "
+                                    f"({str(text)[:40]!r}{'...' if len(str(text)) > 40 else ''})")
+            return tree
+        for value in tree.values():
+            checked_tree(value)
+    elif isinstance(tree, list):
+        for value in tree:
+            checked_tree(value)
+    return tree
 
 
 def canonical_bytes(obj: Any) -> bytes:
@@ -85,7 +110,8 @@ def numeric_leaves(tree: Any, prefix: str = ""):
     """``(path, array)`` for every number of a :func:`plain` tree, in a fixed order."""
     if isinstance(tree, dict):
         if set(tree) == {_BIG_INT}:
-            yield prefix, np.asarray(float(int(tree[_BIG_INT])))
+            value = int(tree[_BIG_INT])
+            yield prefix, np.asarray(float(value) if abs(value) < 2**1023 else (np.inf if value > 0 else -np.inf))
             return
         for k in tree:
             yield from numeric_leaves(tree[k], f"{prefix}.{k}" if prefix else k)
@@ -128,4 +154,4 @@ def _skeleton(tree: Any) -> Any:
     return tree
 
 
-__all__ = ["plain", "canonical_bytes", "digest", "restore_like", "numeric_leaves", "max_difference"]
+__all__ = ["plain", "checked_tree", "canonical_bytes", "digest", "restore_like", "numeric_leaves", "max_difference"]

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from ..terminal import printable
 from .common import cli
 
 DEFAULT_DIR = "runs/artifacts"
@@ -34,10 +35,11 @@ def ls(directory, as_json):
         for m in rows:
             click.echo(json.dumps(m))
         return
+    broken = sum("broken" in m for m in rows)
     table = [("KEY", "CREATED", "BACKEND", "CHECKPOINT", "KIND", "EPISODE", "SEED", "BYTES")]
     for m in rows:
-        if "broken" in m:
-            table.append((m["key"][:16], "broken: " + m["broken"], "", "", "", "", "", ""))
+        if "broken" in m:  # reported, and the rest still listed
+            click.echo(printable(f"{m['key'][:16]}  {m['broken']}"), err=True)
             continue
         ident, req, episode = m.get("identity", {}), m.get("request", {}), m.get("episode") or {}
         seed = episode.get("seed", req.get("seed"))  # a probe asks with one seed from many episodes' states
@@ -47,8 +49,9 @@ def ls(directory, as_json):
                       str(m.get("bytes", 0))))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for r in table:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-    click.echo(f"{len(rows)} artifact(s) in {directory}", err=True)
+        click.echo(printable("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()))
+    unreadable = f", {broken} unreadable (`wam artifacts gc` removes those it can)" if broken else ""
+    click.echo(printable(f"{len(rows) - broken} artifact(s) in {directory}{unreadable}"), err=True)
 
 
 @artifacts.command()
@@ -85,8 +88,10 @@ def gc(directory, older_than_days, dry_run):
     """Remove artifacts that cannot be used (modified, incomplete, interrupted writes)."""
     from ..artifacts import ArtifactStore
 
-    removed = ArtifactStore(directory).gc(older_than_s=None if older_than_days is None else older_than_days * 86400,
-                                          dry_run=dry_run)
+    removed, left = ArtifactStore(directory).gc(
+        older_than_s=None if older_than_days is None else older_than_days * 86400, dry_run=dry_run)
     for path, reason in removed:
-        click.echo(f"{'would remove' if dry_run else 'removed'} {path}: {reason}")
-    click.echo(f"{len(removed)} file(s) {'to remove' if dry_run else 'removed'} in {directory}", err=True)
+        click.echo(printable(f"{'would remove' if dry_run else 'removed'} {path}: {reason}"))
+    for path, reason in left:
+        click.echo(printable(f"left alone {path}: {reason}"), err=True)
+    click.echo(printable(f"{len(removed)} file(s) {'to remove' if dry_run else 'removed'} in {directory}"), err=True)

@@ -18,6 +18,7 @@ from .. import __version__
 from ..errors import ConfigurationError, IncompatiblePairError, UnknownIdError, WamError
 from ..registry import Registry, default_registry
 from ..specs import Option, PlatformSpec, normalize_id
+from ..terminal import printable
 
 DEFAULT_PLATFORM = "pointmass"
 DEFAULT_BACKENDS = {"pointmass": "pointmass-wam"}
@@ -194,7 +195,7 @@ class WamCommand(click.Command):
         try:
             return super().invoke(ctx)
         except CONFIGURATION_ERRORS as exc:
-            raise click.UsageError(str(exc), ctx) from exc
+            raise click.UsageError(printable(exc), ctx) from exc
 
 
 class PairedCommand(WamCommand):
@@ -314,9 +315,11 @@ class WamGroup(click.Group):
         try:
             return super().invoke(ctx)
         except CONFIGURATION_ERRORS as exc:  # from a plugin's command
-            raise click.UsageError(str(exc), ctx) from exc
-        except WamError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise click.UsageError(printable(exc), ctx) from exc
+        except WamError as exc:  # messages may echo labels and instructions: no control sequences
+            error = click.ClickException(printable(exc))
+            error.exit_code = getattr(exc, "exit_code", 1)
+            raise error from exc
 
 
 @click.group(cls=WamGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

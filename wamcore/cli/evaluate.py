@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import signal
 import sys
@@ -89,6 +90,9 @@ def recorded_args(args, ctx=None) -> list:
                  help="With --best-of: the model's value of each candidate (default), or the distance of its predicted "
                       "future to the platform's goal."),
     click.Option(["--resume"], is_flag=True, help="Continue an interrupted run in --out, skipping finished episodes."),
+    click.Option(["--retry-failed"], is_flag=True,
+                 help="With --resume: also rerun the episodes that a process's fault ended (runtime_failure with "
+                      "fault env or model); their new records replace the old ones."),
     click.Option(["--overwrite"], is_flag=True, help="Start over in an existing --out."),
     protocol_option(),
 ])
@@ -111,6 +115,9 @@ def eval_(ctx, **kwargs):
     seed, instruction, max_chunks = kwargs.pop("seed"), kwargs.pop("instruction"), kwargs.pop("max_chunks")
     as_json, count = kwargs.pop("as_json"), kwargs.pop("episodes")
     out_opt, resume, overwrite = kwargs.pop("out"), kwargs.pop("resume"), kwargs.pop("overwrite")
+    retry_failed = kwargs.pop("retry_failed")
+    if retry_failed and not resume:
+        raise ConfigurationError("--retry-failed reruns failed episodes of an earlier run: it needs --resume")
     num_envs, restarts, skip_memory = kwargs.pop("num_envs"), kwargs.pop("am_restarts"), kwargs.pop("skip_memory_check")
     executor, ray_address, num_models = kwargs.pop("executor"), kwargs.pop("ray_address"), kwargs.pop("num_model_workers")
     video, report, cache = parse_video(kwargs.pop("video")), kwargs.pop("report"), kwargs.pop("cache")
@@ -168,8 +175,9 @@ def eval_(ctx, **kwargs):
         run_config["command"] = command
     results = ResultsDir(out)
     fresh = not out.exists()  # a run refused before its first record leaves no folder behind
+    ctx.call_on_close(results.unlock)  # prepare() locks OUT; another driver there is refused until then
     try:
-        done = results.prepare(run_config, resume=resume, overwrite=overwrite)
+        done = results.prepare(run_config, resume=resume, overwrite=overwrite, retry_failed=retry_failed)
     except BaseException:
         if first_env is not None:
             first_env.close()
@@ -307,19 +315,22 @@ def _check_identity(out: Path, info, platform: str, *, resumed: bool, protocol: 
     protocol it ran under); a resumed run whose episodes another model produced (another
     checkpoint's content, weights, statistics, options) stops here, before it records anything."""
     from ..artifacts import identity_difference, model_identity
+    from ..evaluation.results import read_json_object
+    from ..files import atomic_write
 
     identity = model_identity(info, info.contract_for(platform))
     if protocol:
         identity = {**identity, "protocol": protocol}
     path = out / "model_identity.json"
-    if resumed and path.exists():
-        recorded = json.loads(path.read_text())
+    if resumed and os.path.lexists(path):
+        recorded = read_json_object(path, "remove it and --resume again with the model that produced the episodes "
+                                          "(its identity is recorded again)")
         if recorded != identity:
             raise ConfigurationError(
                 f"{out} holds episodes of another model ({identity_difference(recorded, identity)}); resume with "
                 "the model that produced them, or use another --out or --overwrite"
             )
-    path.write_text(json.dumps(identity, indent=2) + "\n")
+    atomic_write(path, json.dumps(identity, indent=2) + "\n")
     return identity
 
 

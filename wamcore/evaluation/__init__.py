@@ -36,7 +36,7 @@ from .env_worker import EnvWorker, EpisodeSettings, failure_record
 from .local import Finished, LocalEvaluation, Started
 from .memory import check_num_envs
 from .progress import Progress
-from .results import ResultsDir, read_records
+from .results import ResultsDir, RunFolderError, RunLocked, read_records
 from .shared_model import ModelWorkerLost, SharedModel
 
 
@@ -92,4 +92,6 @@ __all__ = [
     "check_num_envs",
     "failure_record",
     "read_records",
+    "RunFolderError",
+    "RunLocked",
 ]

@@ -41,6 +41,8 @@ from ..errors import WamError
 from .env_worker import EnvHost
 
 MODULE = "wamcore.evaluation"  # its __main__ runs main()
+#: the longest event line the driver buffers (a record with every plan of a long episode fits)
+MAX_LINE_BYTES = 256 << 20
 _LOG_TAIL_LINES = 20
 
 
@@ -140,12 +142,14 @@ def rebuild_error(payload: Mapping[str, Any]) -> Exception:
     """An env process's fatal error as its own wamcore class where there is one."""
     from .. import errors
 
+    payload = payload if isinstance(payload, Mapping) else {}
     name, message = str(payload.get("type", "Exception")), str(payload.get("message", ""))
     cls = getattr(errors, name, None)
     if isinstance(cls, type) and issubclass(cls, WamError):
         exc = cls.__new__(cls)
         Exception.__init__(exc, message)
-        for key, value in dict(payload.get("fields") or {}).items():
+        fields = payload.get("fields")
+        for key, value in (fields if isinstance(fields, Mapping) else {}).items():
             setattr(exc, key, tuple(value) if isinstance(value, list) else value)
     else:
         exc = EnvProcessError(f"{name} in an env process: {message}")
@@ -175,6 +179,7 @@ class EnvProcess:
         self.ready = False
         self._buffer = b""
         self.eof = False
+        self.fault: Optional[str] = None  # how it broke the protocol
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [python, "-m", MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
@@ -217,17 +222,40 @@ class EnvProcess:
                 break
             self._buffer += chunk
         *lines, self._buffer = self._buffer.split(b"\n")
-        return [json.loads(line) for line in lines if line.strip()]
+        if len(self._buffer) > MAX_LINE_BYTES:
+            self.protocol_fault(f"sent more than {MAX_LINE_BYTES >> 20} MiB without a line break")
+        events = []
+        for line in lines:
+            if not line.strip() or self.fault is not None:
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                event = None
+            if isinstance(event, dict) and isinstance(event.get("event"), str):
+                events.append(event)
+            else:
+                self.protocol_fault(f"sent a line that is not a protocol message: {line[:80]!r}")
+        return events
+
+    def protocol_fault(self, why: str) -> None:
+        """The process broke the protocol (a library writing into it, a bug): it is this
+        process's fault, so it is killed and, like a crash, costs only its episode."""
+        if self.fault is None:
+            self.fault = why
+            self.kill()
 
     def dead(self) -> bool:
-        return self.eof or self.proc.poll() is not None
+        return self.eof or self.fault is not None or self.proc.poll() is not None
 
     def describe_exit(self) -> str:
         try:
             code = self.proc.wait(2.0)
         except subprocess.TimeoutExpired:
             code = None
-        if code is None:
+        if self.fault is not None:
+            how = f"{self.fault}, and was stopped"
+        elif code is None:
             how = "closed its output"
         elif code < 0:
             how = f"was killed by {_signal_name(code)}" + (" (the kernel's OOM killer sends SIGKILL)" if code == -9 else "")

@@ -8,8 +8,8 @@ queue and yields every record back to the caller, the only writer of results.
 
 Faults:
 
-* an env process that dies (a simulator segfault, an OOM kill) costs only the episode it
-  was running: that episode's record says ``runtime_failure`` with how the process ended
+* an env process that dies (a simulator segfault, an OOM kill) or breaks the protocol (a
+  line that is not an event, a malformed record) costs only the episode it was running: that episode's record says ``runtime_failure`` with how the process ended
   and its log tail, a new process takes its place, and the evaluation goes on. A process
   that dies before it ever became ready stops the evaluation (it would die again);
 * a model worker that dies fails the episodes in flight (their env workers see the
@@ -39,6 +39,7 @@ from ..runtime import IN_PROCESS, WorkerConfig, open_model
 from ..specs import Env, Episode, PlatformSpec
 from .env_process import EnvProcess, EnvProcessError, rebuild_error, wait_readable
 from .env_worker import ENV_FAULT, MODEL_FAULT, EnvWorker, EpisodeSettings, episode_to_json, failure_record
+from .results import record_problem
 from .scheduling import EpisodeQueue
 from .shared_model import SETTLE_S, SharedModel
 
@@ -260,9 +261,13 @@ class LocalEvaluation:
         for i, proc in enumerate(self._procs):
             for event in proc.events():
                 if event.get("event") == "record" and proc.episode is not None:
+                    record = event.get("record")
+                    if record_problem(record) or record["key"] != proc.episode.key:
+                        proc.protocol_fault(f"sent a malformed record for {proc.episode.key}")
+                        break
                     proc.env_key = env_key(proc.episode.env_options)
                     proc.episode = None
-                    yield Finished(event["record"], proc.index)
+                    yield Finished(record, proc.index)
                 else:
                     self._control_event(proc, event)
             if proc.dead():

@@ -13,6 +13,8 @@ import sys
 import time
 from typing import Any, Iterable, Mapping, Optional, TextIO
 
+from ..terminal import printable
+
 _REDRAW_S = 0.1
 
 
@@ -53,14 +55,14 @@ class Progress:
         console = Console(file=self.stream, force_terminal=True, width=width, highlight=False)
         cut = dict(no_wrap=True, overflow="ellipsis")
         self._bar = Bar(
-            TextColumn("{task.description}", table_column=Column(max_width=22, **cut)),
+            TextColumn("{task.description}", markup=False, table_column=Column(max_width=22, **cut)),
             BarColumn(bar_width=None, table_column=Column(min_width=8, ratio=1)),
             MofNCompleteColumn(table_column=Column(min_width=2 * len(str(self.total)) + 1, no_wrap=True)),
-            TextColumn("{task.fields[status]}", table_column=Column(ratio=3, **cut)),
+            TextColumn("{task.fields[status]}", markup=False, table_column=Column(ratio=3, **cut)),
             console=console, auto_refresh=False, expand=True, transient=False,
             redirect_stdout=False, redirect_stderr=False,
         )
-        self._task = self._bar.add_task(self.label, total=self.total or None, completed=self.done, status=self._status(terminal=True))
+        self._task = self._bar.add_task(printable(self.label, keep=""), total=self.total or None, completed=self.done, status=self._status(terminal=True))
         self._bar.start()
 
     def started(self, key: str) -> None:
@@ -78,11 +80,10 @@ class Progress:
             self._draw(force=True)
             return
         outcome = "success" if record.get("success") else "no success"
-        error = f" ({record['error'].splitlines()[0][:160]})" if record.get("error") else ""
-        self.stream.write(
-            f"[{self.done}/{self.total}] {record.get('key')}: {outcome} after {record.get('steps')} steps, "
-            f"{record.get('stop_reason')}{error} | {self._status()}\n"
-        )
+        error = f" ({str(record['error']).splitlines()[0][:160]})" if record.get("error") else ""
+        line = (f"[{self.done}/{self.total}] {record.get('key')}: {outcome} after {record.get('steps')} steps, "
+                f"{record.get('stop_reason')}{error} | {self._status()}")
+        self.stream.write(printable(line, keep="") + "\n")
         self.stream.flush()
 
     def _status(self, terminal: bool = False) -> str:

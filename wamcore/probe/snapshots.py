@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, Mapping, Tuple
 
 from .. import wire
-from ..canonical import digest, plain, restore_like
+from ..canonical import checked_tree, digest, plain, restore_like
 from ..errors import ArtifactError, ProtocolError
+from ..files import NotRegularFile, atomic_write, read_regular
 
 SNAPSHOT_TYPE = "wamcore.snapshot"
 SNAPSHOT_VERSION = 1
@@ -32,22 +33,28 @@ def save(folder, snapshot: Any, about: Mapping[str, Any]) -> Tuple[str, Path]:
     sha = digest(state)
     path = Path(folder) / f"{sha}{SUFFIX}"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(wire.packb({"type": SNAPSHOT_TYPE, "v": SNAPSHOT_VERSION, "address": sha,
-                                 "about": dict(about), "state": state}))
+    atomic_write(path, wire.packb({"type": SNAPSHOT_TYPE, "v": SNAPSHOT_VERSION, "address": sha,
+                                   "about": dict(about), "state": state}))
     return sha, path
 
 
 def load(path) -> dict:
     """A saved snapshot (``address``, ``about``, ``state``), its content checked against
-    its address."""
+    its address; anything else is an :class:`ArtifactError` naming the file."""
     path = Path(path)
     try:
-        saved = wire.unpackb(path.read_bytes())
-    except ProtocolError as exc:
+        saved = wire.unpackb(read_regular(path))
+    except (ProtocolError, NotRegularFile) as exc:
         raise ArtifactError(f"{path} is not a wamcore snapshot: {exc}") from None
     if not isinstance(saved, dict) or saved.get("type") != SNAPSHOT_TYPE or saved.get("v") != SNAPSHOT_VERSION:
         raise ArtifactError(f"{path} is not a v{SNAPSHOT_VERSION} wamcore snapshot")
-    actual = digest(saved["state"])
+    missing = [k for k in ("address", "state") if k not in saved]
+    if missing or not isinstance(saved["address"], str):
+        raise ArtifactError(f"{path} is a cut or edited snapshot: it has no {' or '.join(missing) or 'address'}")
+    try:
+        actual = digest(checked_tree(saved["state"]))
+    except ProtocolError as exc:
+        raise ArtifactError(f"{path} is not a wamcore snapshot: {exc}") from None
     if actual != saved["address"] or path.name != f"{actual}{SUFFIX}":
         raise ArtifactError(f"snapshot {path} was modified: its content hashes to {actual[:16]}..., "
                             f"not to its address {str(saved['address'])[:16]}...")

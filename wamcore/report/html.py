@@ -17,12 +17,18 @@ import base64
 import html
 import io
 import json
-from pathlib import Path
+import logging
+import os
+from pathlib import Path, PurePosixPath
 from typing import Any, Dict, List, Mapping, Optional
 
 from ..errors import ConfigurationError, DependencyNotInstalled
-from ..evaluation.results import read_records
+from ..evaluation.results import RunFolderError, field_problem, read_json_object, read_records
+from ..files import NotRegularFile, atomic_write, open_dir, read_regular
+from ..terminal import printable
 from .tables import group_summaries
+
+log = logging.getLogger("wamcore.report")
 
 REPORT_INSTALL = 'pip install "wamcore[report]"'
 #: videos embedded at most (a report should open in a browser, not fill a disk)
@@ -207,7 +213,7 @@ def _identity(config: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
         ("weights sha256", details.get("sha256")),
         ("model options", json.dumps(details.get("options") or {}, sort_keys=True)),
         ("device", info.get("device")),
-        ("capabilities", ", ".join(info.get("capabilities") or [])),
+        ("capabilities", ", ".join(map(str, info.get("capabilities") or []))),
         ("platform", config.get("platform")),
         ("platform options", json.dumps(config.get("platform_options") or {}, sort_keys=True)),
         ("request options", json.dumps(config.get("request_options") or {}, sort_keys=True)),
@@ -247,11 +253,16 @@ def video_id(key: str) -> str:
     return "video-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in key)
 
 
-def _poster(path: Path) -> str:
+def _poster(data: bytes) -> str:
     """` poster='data:image/png...'`: the video's last frame (its outcome), where it can be read."""
+    import tempfile
+
     from ..video import last_frame
 
-    frame = last_frame(str(path))
+    with tempfile.NamedTemporaryFile(suffix=".mp4") as tmp:  # the bytes embedded, not the path read again
+        tmp.write(data)
+        tmp.flush()
+        frame = last_frame(tmp.name)
     if frame is None:
         return ""
     buf = io.BytesIO()
@@ -259,30 +270,66 @@ def _poster(path: Path) -> str:
     return f" poster='data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}'"
 
 
+def _in_videos(video: str) -> bool:
+    """Whether a record's video names a file directly in ``RUN/videos`` (the only place read or linked)."""
+    name = PurePosixPath(video)
+    return not name.is_absolute() and len(name.parts) == 2 and name.parts[0] == "videos" and name.parts[1] not in (".", "..")
+
+
+def _video(videos: int, run_dir: Path, record: Mapping[str, Any], budget: Optional[int]) -> Optional[bytes]:
+    """The bytes of a record's video: only a regular file directly in ``RUN/videos``
+    (``videos`` is a descriptor of that folder, opened without following a link); an
+    absolute path, a ``..``, a link or anything not a regular file is refused with a warning."""
+    name = PurePosixPath(record["video"])
+    if not _in_videos(record["video"]):
+        log.warning("report: not embedding the video of %s: %r is not a file in %s", printable(record["key"]),
+                    record["video"], run_dir / "videos")
+        return None
+    try:
+        return read_regular(name.parts[1], dir_fd=videos, limit=budget)
+    except NotRegularFile as exc:
+        log.warning("report: not embedding the video of %s: %s", printable(record["key"]), printable(exc))
+    except (FileNotFoundError, ValueError):  # not filmed after all, or over the report's budget
+        pass
+    return None
+
+
 def _videos(run_dir: Path, records: List[Mapping[str, Any]], max_videos: Optional[int] = MAX_VIDEOS) -> tuple:
     """(the videos' section, the keys whose video is embedded); ``max_videos=None``: all,
     whatever their size."""
-    figures, total, embedded = [], 0, set()
     filmed = [r for r in records if r.get("video")]
+    if not filmed:
+        return "", set()
+    try:
+        with open_dir(run_dir / "videos", follow=False) as videos:
+            return _video_figures(videos, run_dir, filmed, max_videos)
+    except FileNotFoundError:
+        return "", set()
+    except NotRegularFile as exc:
+        log.warning("report: not embedding any video: %s", printable(exc))
+        return "", set()
+
+
+def _video_figures(videos: int, run_dir: Path, filmed: List[Mapping[str, Any]], max_videos: Optional[int]) -> tuple:
+    figures, total, embedded = [], 0, set()
     for r in filmed:
         if max_videos is not None and len(figures) >= max_videos:
+            break
+        data = _video(videos, run_dir, r, None if max_videos is None else MAX_VIDEO_BYTES - total)
+        if data is None:
             continue
-        path = (run_dir / r["video"]) if not Path(r["video"]).is_absolute() else Path(r["video"])
-        if not path.exists() or (max_videos is not None and total + path.stat().st_size > MAX_VIDEO_BYTES):
-            continue
-        data = path.read_bytes()
         total += len(data)
         embedded.add(r["key"])
         verdict = "<span class='ok'>success</span>" if r.get("success") else "<span class='bad'>no success</span>"
         figures.append(
-            f"<figure id='{video_id(r['key'])}'><video controls muted preload='metadata'{_poster(path)} "
+            f"<figure id='{video_id(r['key'])}'><video controls muted preload='metadata'{_poster(data)} "
             f"src='data:video/mp4;base64,{base64.b64encode(data).decode()}'>"
             f"</video><figcaption>{html.escape(r['key'])}: {verdict}, {r.get('steps')} steps</figcaption></figure>"
         )
     if not figures:
         return "", embedded
     shown = (f"{len(figures)} of {len(filmed)} filmed shown" +
-             (f"; <code>wam report RUN_DIR --all-videos</code> embeds every one" if len(figures) < len(filmed) else ""))
+             ("; <code>wam report RUN_DIR --all-videos</code> embeds every one" if len(figures) < len(filmed) else ""))
     return (f"<h2 id='videos'>Episodes ({shown})</h2><div class='videos'>{''.join(figures)}</div>", embedded)
 
 
@@ -303,8 +350,8 @@ def _episodes(records: List[Mapping[str, Any]], embedded) -> str:
         cells += [html.escape(str(r.get(k, ""))) for k in ("steps", "chunks", "stop_reason", "wall_s")]
         video = r.get("video")
         link = ""
-        if video:
-            link = f"<a href='{html.escape(str(video))}'>file</a>"
+        if isinstance(video, str) and _in_videos(video):
+            link = f"<a href='{html.escape(video)}'>file</a>"
             if r.get("key") in embedded:
                 link = f"<a href='#{video_id(r['key'])}'>watch</a> " + link
         cells.append(link)
@@ -321,12 +368,15 @@ def _raw_links(run_dir: Path) -> str:
 def render(run_dir: Path, max_videos: Optional[int] = MAX_VIDEOS) -> str:
     run_dir = Path(run_dir)
     for needed in ("config.json", "episodes.jsonl"):
-        if not (run_dir / needed).exists():
+        if not os.path.lexists(run_dir / needed):
             raise ConfigurationError(f"{run_dir} is not a `wam eval` output folder: it has no {needed}")
-    config = json.loads((run_dir / "config.json").read_text())
+    config = _checked(run_dir / "config.json", _CONFIG, "the run's `wam eval ... --resume` checks and rewrites it; "
+                      "restore it, or remove the folder's config.json and rerun that command with --resume")
     records = list(read_records(run_dir / "episodes.jsonl").values())
-    summary_path = run_dir / "summary.json"
-    summary: Dict[str, Any] = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    summary: Dict[str, Any] = {}
+    if os.path.lexists(run_dir / "summary.json"):
+        summary = _checked(run_dir / "summary.json", _SUMMARY, "remove it: the report is made from episodes.jsonl "
+                           "without it, and `wam eval ... --resume` writes it again", _SUMMARY_NESTED)
     from ..execution import summarize
 
     summary = {**summary, **summarize(records), **group_summaries(records)}  # also for an unfinished run
@@ -361,10 +411,38 @@ def render(run_dir: Path, max_videos: Optional[int] = MAX_VIDEOS) -> str:
 """
 
 
+_OBJ = (dict, type(None))
+_STR = (str, type(None))
+#: what the report reads from config.json and summary.json, by type
+_CONFIG = {"platform": _STR, "backend": _STR, "instruction": _STR, "episodes": (list, type(None)),
+           "platform_options": _OBJ, "request_options": _OBJ, "command": (list, type(None))}
+_SUMMARY = {"model": _STR, "model_info": _OBJ, "versions": _OBJ, "executor": _STR, "num_envs": (int, type(None))}
+_SUMMARY_NESTED = {"model_info": {"backend": _STR, "checkpoint": _STR, "device": _STR, "details": _OBJ,
+                                   "capabilities": (list, type(None))},
+                   "model_info.details": {"worker": _OBJ, "options": _OBJ}}
+
+
+def _checked(path: Path, fields: Mapping[str, tuple], fix: str,
+             nested: Optional[Mapping[str, Mapping[str, tuple]]] = None) -> dict:
+    """A JSON object of the run folder whose fields the report uses have their types (and
+    those of its ``nested`` objects, by dotted path), or a :class:`RunFolderError` naming
+    the file and how to recover."""
+    value = read_json_object(path, fix)
+    problem = field_problem(value, fields)
+    for dotted, inner_fields in (nested or {}).items():
+        inner: Any = value
+        for part in dotted.split("."):
+            inner = inner.get(part) if isinstance(inner, dict) else None
+        problem = problem or (field_problem(inner, inner_fields) if isinstance(inner, dict) else None)
+    if problem:
+        raise RunFolderError(f"{path} is not what `wam eval` writes ({problem}); {fix}")
+    return value
+
+
 def write_report(run_dir: Path, out: Optional[Path] = None, *, max_videos: Optional[int] = MAX_VIDEOS) -> Path:
-    """Write ``run_dir/report.html`` (or ``out``) and return its path."""
+    """Write ``run_dir/report.html`` (or ``out``) in one rename, and return its path."""
     out = Path(out) if out is not None else Path(run_dir) / "report.html"
-    out.write_text(render(Path(run_dir), max_videos=max_videos))
+    atomic_write(out, render(Path(run_dir), max_videos=max_videos))
     return out
 
 

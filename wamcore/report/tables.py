@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from ..execution import summarize
+from ..terminal import printable
 
 #: label columns first in this order; any other label follows, sorted
 LABEL_ORDER = ("suite", "task", "init", "seed", "episode")
@@ -42,8 +44,6 @@ def _grouped(records: Iterable[Mapping[str, Any]], key) -> Dict[str, dict]:
 
 def _natural(text: str) -> list:
     """``libero_10/task=2`` before ``.../task=10``: digits compare as numbers."""
-    import re
-
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
 
 
@@ -69,6 +69,7 @@ def format_table(summary: Mapping[str, Any]) -> str:
     if len(suites) > 1:
         rows += [_row(f"suite {name}", block) for name, block in suites.items()]
     rows.append(_row("all", summary))
+    rows = [[printable(cell, keep="") for cell in row] for row in rows]  # task names and stops come from records
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
     line = lambda cells: "  ".join(c.ljust(w) if i in (0, 6) else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
     out = [line(head), "  ".join("-" * w for w in widths)]
@@ -84,17 +85,38 @@ def label_columns(records: Iterable[Mapping[str, Any]]) -> List[str]:
     return [k for k in LABEL_ORDER if k in seen] + sorted(seen - set(LABEL_ORDER))
 
 
+#: what a spreadsheet evaluates at the start of a cell (OWASP, "CSV Injection")
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def csv_cell(value: Any) -> Any:
+    """``value`` as a CSV cell no spreadsheet runs: text starting with ``= + - @``, a tab
+    or a carriage return gets a leading ``'`` (OWASP's advice); numbers, also negative
+    ones written as text, stay numbers."""
+    if value is None:
+        return ""
+    if isinstance(value, (bool, int, float)):
+        return value
+    text = str(value)
+    if text.startswith(_FORMULA_START) and not _NUMBER.fullmatch(text):
+        return "'" + text
+    return text
+
+
 def records_csv(records: Iterable[Mapping[str, Any]]) -> str:
-    """One row per episode: key, its labels as columns, then what happened."""
+    """One row per episode: key, its labels as columns, then what happened (cells made
+    safe for spreadsheets, :func:`csv_cell`)."""
     rows = list(records)
     labels = label_columns(rows)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["key", *labels, *RECORD_COLUMNS])
+    writer.writerow([csv_cell(c) for c in ("key", *labels, *RECORD_COLUMNS)])
     for r in rows:
         lab = r.get("labels") or {}
-        writer.writerow([r.get("key"), *[lab.get(k, "") for k in labels], *["" if r.get(c) is None else r.get(c) for c in RECORD_COLUMNS]])
+        writer.writerow([csv_cell(v) for v in (r.get("key"), *[lab.get(k) for k in labels],
+                                               *[r.get(c) for c in RECORD_COLUMNS])])
     return buf.getvalue()
 
 
-__all__ = ["group_summaries", "format_table", "records_csv", "label_columns", "task_of", "suite_of"]
+__all__ = ["group_summaries", "format_table", "records_csv", "csv_cell", "label_columns", "task_of", "suite_of"]
