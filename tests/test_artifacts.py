@@ -348,7 +348,8 @@ def test_one_bad_sidecar_does_not_hide_the_rest_of_the_cache(counted, tmp_path):
     (tmp_path / keys[2][:2] / f"{odd}.json").write_text(json.dumps({"key": odd, "created": 5, "identity": "x"}))
     listed = wam("artifacts", "ls", tmp_path)
     assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.count("\n") == 1 and keys[2][:16] in listed.stdout
+    header, *rows = listed.stdout.splitlines()
+    assert header.split()[:2] == ["KEY", "CREATED"] and len(rows) == 1 and rows[0].startswith(keys[2][:16])
     assert "1 artifact(s)" in listed.stderr and "3 unreadable" in listed.stderr and "Traceback" not in listed.stderr
     assert "unreadable sidecar" in listed.stderr and "is list, not an object" in listed.stderr
     as_json = [json.loads(line) for line in wam("artifacts", "ls", tmp_path, "--json").stdout.splitlines()]
