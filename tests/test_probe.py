@@ -20,12 +20,13 @@ from wamcore.cli import cli
 from wamcore.errors import ArtifactError
 from wamcore.probe import metrics, snapshots
 from wamcore.probe.branches import Branch, rollout
-from wamcore.probe.sets import POINTMASS_CF, ProbeContext, ProbeSet
+from wamcore.probe.sets import ProbeContext, ProbeSet
 from wamcore.probe.runner import run_probe
 from wamcore.specs import Intervention
 
 from wam_pointmass.env import PointMassEnv
 from wam_pointmass.plugin import POINTMASS_PLATFORM, RANDOM
+from wam_pointmass.probe_sets import POINTMASS_CF
 
 
 def wam(*args, timeout=300) -> subprocess.CompletedProcess:
@@ -172,8 +173,15 @@ def test_random_reports_the_model_metrics_as_skipped_with_the_capability(tmp_pat
 
 
 def test_a_probe_set_names_its_platform_and_must_exist(tmp_path):
-    unknown = wam("probe", "--set", "nope", "--out", tmp_path / "o")
-    assert unknown.returncode == 2 and "no probe set 'nope'; there are: pointmass-cf, libero-cf-mini" in unknown.stderr
+    unknown = wam("probe", "--set", "pointmas-cf", "--out", tmp_path / "o")
+    assert unknown.returncode == 2 and "Unknown probe set 'pointmas-cf'." in unknown.stderr
+    assert "Did you mean: 'pointmass-cf'?" in unknown.stderr
+    assert "Installed: libero-cf-mini, pointmass-cf" in unknown.stderr
+    listed = wam("probe", "--set", "list")
+    assert listed.returncode == 0 and listed.stdout.split("\n")[0].split() == [
+        "set", "platform", "plugin", "contexts", "description"]
+    rows = {line.split()[0]: line.split()[1:4] for line in listed.stdout.splitlines()[1:]}
+    assert rows == {"libero-cf-mini": ["libero", "libero", "4"], "pointmass-cf": ["pointmass", "pointmass", "8"]}
     wrong = wam("probe", "--set", "pointmass-cf", "--platform", "libero", "--out", tmp_path / "o")
     assert wrong.returncode == 2 and "runs on platform 'pointmass'" in wrong.stderr
 
@@ -200,6 +208,10 @@ def test_a_platform_whose_restore_forgets_state_fails_the_determinism_checks(tmp
         @hookimpl
         def wam_register_models(self, register):
             register(RANDOM)
+
+        @hookimpl
+        def wam_register_probe_sets(self, register):
+            register(POINTMASS_CF)
 
     registry = Registry(entry_points=False)
     registry.register(Plugin(), name="forgetful")
@@ -307,6 +319,47 @@ def test_predicted_frames_are_placed_by_the_step_they_show():
 
 
 # ----------------------------------------------------------------------------- sets and interventions
+
+
+def test_hook_wam_register_probe_sets(tmp_path):
+    """A third party's set on an installed platform: registered, listed, probed; a plugin that
+    registers something else fails alone."""
+    two = ProbeSet("pm-two", "pointmass", [ProbeContext(f"s{s}", reset={"seed": s}) for s in (3, 4)],
+                   horizons=(2,), aliases=("pm2",))
+
+    class Plugin:
+        @hookimpl
+        def wam_register_platforms(self, register):
+            register(POINTMASS_PLATFORM)
+
+        @hookimpl
+        def wam_register_models(self, register):
+            register(RANDOM)
+
+        @hookimpl
+        def wam_register_probe_sets(self, register):
+            register(two)
+
+    class Broken:
+        @hookimpl
+        def wam_register_probe_sets(self, register):
+            register({"name": "not-a-set"})
+
+    registry = Registry(entry_points=False)
+    record = registry.register(Plugin(), name="third")
+    broken = registry.register(Broken(), name="broken")
+    assert record.probe_sets == ["pm-two"] and "wam_register_probe_sets" in record.hooks
+    assert record.to_json()["probe_sets"] == ["pm-two"]
+    assert "register() for probe sets takes a ProbeSet, got dict" in broken.error
+    assert registry.probe_set("PM2") is two and list(registry.probe_sets()) == ["pm-two"]
+    listed = CliRunner().invoke(cli, ["probe", "--set", "list"], obj=registry)
+    assert listed.exit_code == 0 and listed.output.splitlines()[1].split()[:4] == ["pm-two", "pointmass", "third", "2"]
+    result = CliRunner().invoke(cli, ["probe", "--set", "pm2", "--am-backend", "random", "--no-cache",
+                                      "--out", str(tmp_path / "o")], obj=registry)
+    assert result.exit_code == 0, result.output
+    report = report_of(tmp_path / "o")
+    assert report["set"] == "pm-two" and [c["name"] for c in report["contexts"]] == ["s3", "s4"]
+    assert report["horizons"] == [2] and report["determinism"]["identical"]
 
 
 def test_interventions_are_checked_against_the_control_when_registered():

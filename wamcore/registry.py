@@ -34,9 +34,11 @@ from .errors import (
     UnknownIdError,
     UnknownModelError,
     UnknownPlatformError,
+    UnknownProbeSetError,
     UnknownProtocolError,
 )
 from .eval_protocols import EvalProtocol
+from .probe.sets import ProbeSet
 from .specs import RESERVED_OPTION_NAMES, ModelSpec, PlatformSpec, normalize_id
 
 ENTRY_POINT_GROUP = "wamcore"
@@ -88,6 +90,7 @@ class PluginRecord:
     platforms: List[str] = attrs.field(factory=list)
     models: List[str] = attrs.field(factory=list)
     protocols: List[str] = attrs.field(factory=list)
+    probe_sets: List[str] = attrs.field(factory=list)
     hooks: List[str] = attrs.field(factory=list)
     problems: List[str] = attrs.field(factory=list)
 
@@ -105,6 +108,7 @@ class PluginRecord:
             "platforms": self.platforms,
             "models": self.models,
             "protocols": self.protocols,
+            "probe_sets": self.probe_sets,
             "hooks": self.hooks,
             "error": self.error,
             "traceback": self.traceback,
@@ -127,8 +131,10 @@ class Registry:
         self._platforms: Dict[str, PlatformSpec] = {}
         self._models: Dict[str, ModelSpec] = {}
         self._protocols: Dict[str, EvalProtocol] = {}
-        self._tables = {"platform": self._platforms, "model": self._models, "protocol": self._protocols}
-        self._aliases: Dict[str, Dict[str, str]] = {"platform": {}, "model": {}, "protocol": {}}
+        self._probe_sets: Dict[str, ProbeSet] = {}
+        self._tables = {"platform": self._platforms, "model": self._models, "protocol": self._protocols,
+                        "probe_set": self._probe_sets}
+        self._aliases: Dict[str, Dict[str, str]] = {kind: {} for kind in self._tables}
         self._owner: Dict[tuple, str] = {}
         self._loaded = False  # set once loading has finished: until then lookups wait for it
         self._loading = False
@@ -232,11 +238,12 @@ class Registry:
 
     def _collect(self, name: str, plugin: Any, record: PluginRecord) -> None:
         """Call this plugin's hooks only, staging what it registers: all or nothing."""
-        staged: Dict[str, list] = {"platform": [], "model": [], "protocol": []}
+        staged: Dict[str, list] = {kind: [] for kind in self._tables}
         calls = {
             "wam_register_platforms": ("platform", PlatformSpec),
             "wam_register_models": ("model", ModelSpec),
             "wam_register_protocols": ("protocol", EvalProtocol),
+            "wam_register_probe_sets": ("probe_set", ProbeSet),
         }
         for hook_name, (kind, spec_type) in calls.items():
             for impl in getattr(self._pm.hook, hook_name).get_hookimpls():
@@ -246,7 +253,7 @@ class Registry:
 
                 def register(spec, _kind=kind, _type=spec_type):
                     if not isinstance(spec, _type):
-                        raise TypeError(f"register() for {_kind}s takes a {_type.__name__}, got {type(spec).__name__}")
+                        raise TypeError(f"register() for {_kind.replace('_', ' ')}s takes a {_type.__name__}, got {type(spec).__name__}")
                     staged[_kind].append(spec)
 
                 try:
@@ -312,6 +319,14 @@ class Registry:
     def protocols(self) -> Dict[str, EvalProtocol]:
         self.load()
         return dict(self._protocols)
+
+    def probe_sets(self) -> Dict[str, ProbeSet]:
+        self.load()
+        return dict(self._probe_sets)
+
+    def probe_set(self, ident: str) -> ProbeSet:
+        """A probe set by name (``wam probe --set``); unknown: did-you-mean and the installed ones."""
+        return self._lookup("probe_set", ident, UnknownProbeSetError)
 
     def protocol(self, ident: str) -> EvalProtocol:
         """An evaluation protocol by name (``wam eval --protocol``); unknown: did-you-mean."""

@@ -119,3 +119,10 @@ def wam_register_platforms(register):
 def wam_register_models(register):
     register(POINTMASS_WAM)
     register(RANDOM)
+
+
+@hookimpl
+def wam_register_probe_sets(register):
+    from .probe_sets import POINTMASS_CF
+
+    register(POINTMASS_CF)
