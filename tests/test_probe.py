@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from wamcore import ConfigurationError, LocalModel, ModelConfig, ModelService, Registry, hookimpl
+from wamcore.baselines import random_model_spec
 from wamcore.canonical import max_difference, plain
 from wamcore.cli import cli
 from wamcore.errors import ArtifactError
@@ -25,7 +26,7 @@ from wamcore.probe.runner import run_probe
 from wamcore.specs import Intervention
 
 from wam_pointmass.env import PointMassEnv
-from wam_pointmass.plugin import POINTMASS_PLATFORM, RANDOM
+from wam_pointmass.plugin import POINTMASS_PLATFORM
 from wam_pointmass.probe_sets import POINTMASS_CF
 
 
@@ -206,10 +207,6 @@ def test_a_platform_whose_restore_forgets_state_fails_the_determinism_checks(tmp
             register(forgetful)
 
         @hookimpl
-        def wam_register_models(self, register):
-            register(RANDOM)
-
-        @hookimpl
         def wam_register_probe_sets(self, register):
             register(POINTMASS_CF)
 
@@ -333,10 +330,6 @@ def test_hook_wam_register_probe_sets(tmp_path):
             register(POINTMASS_PLATFORM)
 
         @hookimpl
-        def wam_register_models(self, register):
-            register(RANDOM)
-
-        @hookimpl
         def wam_register_probe_sets(self, register):
             register(two)
 
@@ -376,7 +369,7 @@ def test_interventions_are_checked_against_the_control_when_registered():
 
 def test_a_platform_without_interventions_still_probes_the_models_chunk(tmp_path):
     bare = attrs.evolve(POINTMASS_PLATFORM, interventions=())
-    model = LocalModel(ModelService(RANDOM, ModelConfig(platform="pointmass"))).bind(bare)
+    model = LocalModel(ModelService(random_model_spec([bare]), ModelConfig(platform="pointmass"))).bind(bare)
     one = ProbeSet("one", "pointmass", [ProbeContext("seed=0", reset={"seed": 0})])
     report = run_probe(one, bare, model, out=tmp_path)
     assert report["metrics"]["branch_separation"] == {

@@ -27,7 +27,7 @@ from typing import Any, Dict, Iterable, List, Optional
 import attrs
 import pluggy
 
-from . import hookspecs
+from . import baselines, hookspecs
 from .errors import (
     DuplicateIdError,
     PluginLoadError,
@@ -42,6 +42,8 @@ from .probe.sets import ProbeSet
 from .specs import RESERVED_OPTION_NAMES, ModelSpec, PlatformSpec, normalize_id
 
 ENTRY_POINT_GROUP = "wamcore"
+#: owner of what the core registers itself: the ``random`` baseline (:mod:`wamcore.baselines`)
+CORE_OWNER = "wamcore"
 LOAD_ENV = "WAMCORE_LOAD_PLUGINS"
 MODULES_ENV = "WAMCORE_PLUGIN_MODULES"
 
@@ -50,7 +52,6 @@ MODULES_ENV = "WAMCORE_PLUGIN_MODULES"
 KNOWN_PROVIDERS: Dict[str, tuple] = {
     "pointmass": ("wam-pointmass", "pointmass"),
     "pointmass-wam": ("wam-pointmass[model]", "pointmass"),
-    "random": ("wam-pointmass", "pointmass"),
     "libero": ("wam-libero[sim]", "libero"),
     "libero-smoke": ("wam-libero[sim]", "libero"),
     "robotwin": ("wam-robotwin", "robotwin"),
@@ -160,6 +161,7 @@ class Registry:
                 pending, self._pending = self._pending, []
                 for plugin in pending:
                     self.register(plugin)
+                self._refresh_baseline()
             finally:
                 self._loading = False
                 self._loaded = True
@@ -235,6 +237,7 @@ class Registry:
                     for alias, target in list(self._aliases[kind].items()):
                         if target == ident:
                             del self._aliases[kind][alias]
+        self._refresh_baseline()
 
     def _collect(self, name: str, plugin: Any, record: PluginRecord) -> None:
         """Call this plugin's hooks only, staging what it registers: all or nothing."""
@@ -285,10 +288,23 @@ class Registry:
                     record.problems.append(str(exc))
                     continue
                 getattr(record, kind + "s").append(spec.name)
+        self._refresh_baseline()
+
+    def _refresh_baseline(self) -> None:
+        """The core's ``random`` model, with an adapter for every platform registered so far;
+        a plugin's own ``random`` takes its place."""
+        key = ("model", baselines.NAME)
+        if self._owner.get(key, CORE_OWNER) != CORE_OWNER:
+            return
+        self._models[baselines.NAME] = baselines.random_model_spec(self._platforms.values())
+        self._owner[key] = CORE_OWNER
 
     def _add(self, kind: str, spec, owner: str) -> None:
         table = self._tables[kind]
         ident = normalize_id(spec.name)
+        if self._owner.get((kind, ident)) == CORE_OWNER:  # a plugin's own model replaces the core's
+            del table[ident]
+            del self._owner[(kind, ident)]
         names = [ident] + [normalize_id(a) for a in spec.aliases]
         for n in names:
             existing = self._aliases[kind].get(n) or (n if n in table else None)
