@@ -80,8 +80,23 @@ def test_the_reference_wam_gets_every_metric(reference):
     assert m["branch_ranking"]["identified"] > 0.8 * m["branch_ranking"]["candidates"]
     assert m["values"]["pairs"] == contexts * 6 and m["values"]["brier"] < 0.1
     assert report["determinism"] == {"max_state_error": 0.0, "max_pixel_error": 0.0, "identical": True}
-    assert "future_frames     ok" in result.stdout and "determinism: " in result.stdout
+    # WAMProbe's metrics: its futures separate as the actions do, beyond the permutation null
+    assert m["action_dependence"]["score"] > 0.8 and m["action_dependence"]["permutation_p_value"] < 0.05
+    assert m["counterfactual_direction"]["direction"] > 0.9 and m["noop_stability"]["stable"] >= 0.75
+    assert m["top1_regret"]["regret"] >= 0
+    for name, summary in m.items():  # a seeded context-block interval on every figure
+        assert summary["ci95"], name
+        for figure, (lo, hi) in summary["ci95"].items():
+            assert lo <= hi, (name, figure)
+            if name not in _SUMMED:  # the figure is the mean of the contexts' figures
+                assert lo - 1e-9 <= summary[figure] <= hi + 1e-9, (name, figure)
+    assert report["bootstrap"] == {"resamples": 1000, "seed": 0, "unit": "context", "interval": "95% percentile"}
+    assert "future_frames             ok" in result.stdout and "determinism: " in result.stdout
     print(result.stdout)
+
+
+#: summaries whose figures are pooled over frames rather than a mean of the contexts' figures
+_SUMMED = {"branch_separation", "future_frames", "candidate_futures", "branch_ranking", "values"}
 
 
 def test_every_context_has_branches_checks_a_snapshot_and_a_picture(reference):
@@ -164,12 +179,13 @@ def test_random_reports_the_model_metrics_as_skipped_with_the_capability(tmp_pat
     # with noise in every context even a push into a wall moves the mass: every pair differs
     assert at8["distinct_pairs"] == at8["pairs"] == 8 * 15 and at8["frame_mse_min"] > 0
     assert report_of(out)["determinism"]["identical"]
-    needs = {"future_frames": "future_observations", "candidate_futures": "action_conditioned_futures",
-             "branch_ranking": "action_conditioned_futures", "values": "values"}
+    needs = {"future_frames": "future_observations", "values": "values",
+             **dict.fromkeys(("candidate_futures", "branch_ranking", "action_dependence", "counterfactual_direction",
+                              "noop_stability", "top1_regret"), "action_conditioned_futures")}
     for name, capability in needs.items():
         assert m[name] == {"status": "skipped", "needs": capability,
                            "reason": f"model 'random' does not declare {capability}"}
-        assert f"{name:<18}skipped   needs {capability}" in result.stdout
+        assert f"{name:<26}skipped   needs {capability}" in result.stdout
     assert report_of(out)["cache"]["model_calls"] == len(POINTMASS_CF.contexts)
 
 

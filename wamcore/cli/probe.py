@@ -165,7 +165,17 @@ def _figures(name: str, m: dict) -> str:
         tau = "n/a" if m["kendall_tau_mean"] is None else f"{m['kendall_tau_mean']:.2f}"
         return (f"ok        Kendall tau {tau}; {m['agreeing_contexts']}/{m['contexts']} contexts agree "
                 f"(tau > {m['agreement_tau']}); {m['identified']}/{m['candidates']} candidates identified")
-    return f"ok        Brier {m['brier']:.4f} over {m['pairs']} branches ({m['successes']} succeeded)"
+    if name == "values":
+        return f"ok        Brier {m['brier']:.4f} over {m['pairs']} branches ({m['successes']} succeeded)"
+    ci = {f: ("" if c is None else f" [{c[0]:.3g}, {c[1]:.3g}]") for f, c in m["ci95"].items()}
+    if name == "action_dependence":
+        return (f"ok        score {m['score']:.3f}{ci['score']}; permutation effect {m['permutation_effect']:.2f}"
+                f"{ci['permutation_effect']}, p {m['permutation_p_value']:.3f}{ci['permutation_p_value']}")
+    if name == "counterfactual_direction":
+        return f"ok        cosine {m['direction']:.3f}{ci['direction']}"
+    if name == "noop_stability":
+        return f"ok        stable {m['stable']:.3f}{ci['stable']}, exact {m['exact']:.3f}"
+    return f"ok        regret {m['regret']:.3f}{ci['regret']} (real return lost by the model's top-valued candidate)"
 
 
 def format_report(report: dict, out: Path) -> str:
@@ -178,7 +188,7 @@ def format_report(report: dict, out: Path) -> str:
         f"{'identical' if det['identical'] else 'DIFFER'} (max state error {det['max_state_error']}, "
         f"max pixel error {det['max_pixel_error']})",
     ]
-    lines += [f"{name:<18}{_figures(name, m)}" for name, m in report["metrics"].items()]
+    lines += [f"{name:<26}{_figures(name, m)}" for name, m in report["metrics"].items()]
     if "cache" in report:
         c = report["cache"]
         lines.append(f"cache: {c['model_calls']} model calls, {c['hits']} answered from {c['dir']}")
