@@ -17,6 +17,7 @@ from typing import Dict, List, Mapping, Optional
 import numpy as np
 
 from ..contracts import Capabilities, Observation, Prediction
+from ..stats import bootstrap_mean_interval
 from .branches import Rollout
 
 #: a context's branch ranking "agrees" when Kendall's tau exceeds this: with 5 candidates,
@@ -246,12 +247,8 @@ def summarise(contexts: List[dict], *, seed: int = 0, resamples: int = BOOTSTRAP
 def bootstrap_interval(values: List[float], seed: int, resamples: int = BOOTSTRAP_RESAMPLES) -> Optional[list]:
     """95% percentile interval of the mean of ``values`` (one per context), resampled from
     ``numpy.random.default_rng(seed)``; None without values."""
-    if not values:
-        return None
-    x = np.asarray(values, dtype=np.float64)
-    means = x[np.random.default_rng(seed).integers(0, len(x), size=(resamples, len(x)))].mean(axis=1)
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return [float(lo), float(hi)]
+    found = bootstrap_mean_interval(values, np.random.default_rng(seed), resamples)
+    return None if found is None else list(found)
 
 
 def _separation(entries: List[dict]) -> dict:

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import ConfigurationError
 from ..evaluation.results import read_records
+from ..stats import bootstrap_mean_interval
 from .tables import task_of
 
 RESAMPLES = 10_000
@@ -76,10 +77,7 @@ def mcnemar_exact(only_a: int, only_b: int) -> float:
 
 def paired_bootstrap(a: np.ndarray, b: np.ndarray, rng: np.random.Generator, resamples: int) -> tuple:
     """95% percentile interval of mean(b - a) over pairs resampled with replacement."""
-    d = b.astype(np.float64) - a.astype(np.float64)
-    means = d[rng.integers(0, len(d), size=(resamples, len(d)))].mean(axis=1)
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return float(lo), float(hi)
+    return bootstrap_mean_interval(b.astype(np.float64) - a.astype(np.float64), rng, resamples)
 
 
 def _block(a: np.ndarray, b: np.ndarray, rng, resamples: int) -> dict:
