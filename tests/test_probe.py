@@ -15,17 +15,19 @@ import pytest
 from click.testing import CliRunner
 
 from wamcore import ConfigurationError, LocalModel, ModelConfig, ModelService, Registry, hookimpl
+from wamcore.baselines import random_model_spec
 from wamcore.canonical import max_difference, plain
 from wamcore.cli import cli
 from wamcore.errors import ArtifactError
 from wamcore.probe import metrics, snapshots
 from wamcore.probe.branches import Branch, rollout
-from wamcore.probe.sets import POINTMASS_CF, ProbeContext, ProbeSet
+from wamcore.probe.sets import ProbeContext, ProbeSet
 from wamcore.probe.runner import run_probe
 from wamcore.specs import Intervention
 
 from wam_pointmass.env import PointMassEnv
-from wam_pointmass.plugin import POINTMASS_PLATFORM, RANDOM
+from wam_pointmass.plugin import POINTMASS_PLATFORM
+from wam_pointmass.probe_sets import POINTMASS_CF
 
 
 def wam(*args, timeout=300) -> subprocess.CompletedProcess:
@@ -78,8 +80,23 @@ def test_the_reference_wam_gets_every_metric(reference):
     assert m["branch_ranking"]["identified"] > 0.8 * m["branch_ranking"]["candidates"]
     assert m["values"]["pairs"] == contexts * 6 and m["values"]["brier"] < 0.1
     assert report["determinism"] == {"max_state_error": 0.0, "max_pixel_error": 0.0, "identical": True}
-    assert "future_frames     ok" in result.stdout and "determinism: " in result.stdout
+    # WAMProbe's metrics: its futures separate as the actions do, beyond the permutation null
+    assert m["action_dependence"]["score"] > 0.8 and m["action_dependence"]["permutation_p_value"] < 0.05
+    assert m["counterfactual_direction"]["direction"] > 0.9 and m["noop_stability"]["stable"] >= 0.75
+    assert m["top1_regret"]["regret"] >= 0
+    for name, summary in m.items():  # a seeded context-block interval on every figure
+        assert summary["ci95"], name
+        for figure, (lo, hi) in summary["ci95"].items():
+            assert lo <= hi, (name, figure)
+            if name not in _SUMMED:  # the figure is the mean of the contexts' figures
+                assert lo - 1e-9 <= summary[figure] <= hi + 1e-9, (name, figure)
+    assert report["bootstrap"] == {"resamples": 1000, "seed": 0, "unit": "context", "interval": "95% percentile"}
+    assert "future_frames             ok" in result.stdout and "determinism: " in result.stdout
     print(result.stdout)
+
+
+#: summaries whose figures are pooled over frames rather than a mean of the contexts' figures
+_SUMMED = {"branch_separation", "future_frames", "candidate_futures", "branch_ranking", "values"}
 
 
 def test_every_context_has_branches_checks_a_snapshot_and_a_picture(reference):
@@ -162,18 +179,26 @@ def test_random_reports_the_model_metrics_as_skipped_with_the_capability(tmp_pat
     # with noise in every context even a push into a wall moves the mass: every pair differs
     assert at8["distinct_pairs"] == at8["pairs"] == 8 * 15 and at8["frame_mse_min"] > 0
     assert report_of(out)["determinism"]["identical"]
-    needs = {"future_frames": "future_observations", "candidate_futures": "action_conditioned_futures",
-             "branch_ranking": "action_conditioned_futures", "values": "values"}
+    needs = {"future_frames": "future_observations", "values": "values",
+             **dict.fromkeys(("candidate_futures", "branch_ranking", "action_dependence", "counterfactual_direction",
+                              "noop_stability", "top1_regret"), "action_conditioned_futures")}
     for name, capability in needs.items():
         assert m[name] == {"status": "skipped", "needs": capability,
                            "reason": f"model 'random' does not declare {capability}"}
-        assert f"{name:<18}skipped   needs {capability}" in result.stdout
+        assert f"{name:<26}skipped   needs {capability}" in result.stdout
     assert report_of(out)["cache"]["model_calls"] == len(POINTMASS_CF.contexts)
 
 
 def test_a_probe_set_names_its_platform_and_must_exist(tmp_path):
-    unknown = wam("probe", "--set", "nope", "--out", tmp_path / "o")
-    assert unknown.returncode == 2 and "no probe set 'nope'; there are: pointmass-cf, libero-cf-mini" in unknown.stderr
+    unknown = wam("probe", "--set", "pointmas-cf", "--out", tmp_path / "o")
+    assert unknown.returncode == 2 and "Unknown probe set 'pointmas-cf'." in unknown.stderr
+    assert "Did you mean: 'pointmass-cf'?" in unknown.stderr
+    assert "Installed: libero-cf-mini, pointmass-cf" in unknown.stderr
+    listed = wam("probe", "--set", "list")
+    assert listed.returncode == 0 and listed.stdout.split("\n")[0].split() == [
+        "set", "platform", "plugin", "contexts", "description"]
+    rows = {line.split()[0]: line.split()[1:4] for line in listed.stdout.splitlines()[1:]}
+    assert rows == {"libero-cf-mini": ["libero", "libero", "4"], "pointmass-cf": ["pointmass", "pointmass", "8"]}
     wrong = wam("probe", "--set", "pointmass-cf", "--platform", "libero", "--out", tmp_path / "o")
     assert wrong.returncode == 2 and "runs on platform 'pointmass'" in wrong.stderr
 
@@ -198,8 +223,8 @@ def test_a_platform_whose_restore_forgets_state_fails_the_determinism_checks(tmp
             register(forgetful)
 
         @hookimpl
-        def wam_register_models(self, register):
-            register(RANDOM)
+        def wam_register_probe_sets(self, register):
+            register(POINTMASS_CF)
 
     registry = Registry(entry_points=False)
     registry.register(Plugin(), name="forgetful")
@@ -336,6 +361,43 @@ def test_predicted_frames_are_placed_by_the_step_they_show():
 # ----------------------------------------------------------------------------- sets and interventions
 
 
+def test_hook_wam_register_probe_sets(tmp_path):
+    """A third party's set on an installed platform: registered, listed, probed; a plugin that
+    registers something else fails alone."""
+    two = ProbeSet("pm-two", "pointmass", [ProbeContext(f"s{s}", reset={"seed": s}) for s in (3, 4)],
+                   horizons=(2,), aliases=("pm2",))
+
+    class Plugin:
+        @hookimpl
+        def wam_register_platforms(self, register):
+            register(POINTMASS_PLATFORM)
+
+        @hookimpl
+        def wam_register_probe_sets(self, register):
+            register(two)
+
+    class Broken:
+        @hookimpl
+        def wam_register_probe_sets(self, register):
+            register({"name": "not-a-set"})
+
+    registry = Registry(entry_points=False)
+    record = registry.register(Plugin(), name="third")
+    broken = registry.register(Broken(), name="broken")
+    assert record.probe_sets == ["pm-two"] and "wam_register_probe_sets" in record.hooks
+    assert record.to_json()["probe_sets"] == ["pm-two"]
+    assert "register() for probe sets takes a ProbeSet, got dict" in broken.error
+    assert registry.probe_set("PM2") is two and list(registry.probe_sets()) == ["pm-two"]
+    listed = CliRunner().invoke(cli, ["probe", "--set", "list"], obj=registry)
+    assert listed.exit_code == 0 and listed.output.splitlines()[1].split()[:4] == ["pm-two", "pointmass", "third", "2"]
+    result = CliRunner().invoke(cli, ["probe", "--set", "pm2", "--am-backend", "random", "--no-cache",
+                                      "--out", str(tmp_path / "o")], obj=registry)
+    assert result.exit_code == 0, result.output
+    report = report_of(tmp_path / "o")
+    assert report["set"] == "pm-two" and [c["name"] for c in report["contexts"]] == ["s3", "s4"]
+    assert report["horizons"] == [2] and report["determinism"]["identical"]
+
+
 def test_interventions_are_checked_against_the_control_when_registered():
     control = POINTMASS_PLATFORM.control
     with pytest.raises(ValueError, match=r"must be \[T, 2\]"):
@@ -350,7 +412,7 @@ def test_interventions_are_checked_against_the_control_when_registered():
 
 def test_a_platform_without_interventions_still_probes_the_models_chunk(tmp_path):
     bare = attrs.evolve(POINTMASS_PLATFORM, interventions=())
-    model = LocalModel(ModelService(RANDOM, ModelConfig(platform="pointmass"))).bind(bare)
+    model = LocalModel(ModelService(random_model_spec([bare]), ModelConfig(platform="pointmass"))).bind(bare)
     one = ProbeSet("one", "pointmass", [ProbeContext("seed=0", reset={"seed": 0})])
     report = run_probe(one, bare, model, out=tmp_path)
     assert report["metrics"]["branch_separation"] == {

@@ -7,6 +7,7 @@ by plugins, lazily, where they run.
 from .contracts import (
     PROTOCOL_VERSION,
     AdapterContract,
+    CameraInfo,
     Capabilities,
     ControlSpec,
     GripperSpec,
@@ -56,6 +57,7 @@ __all__ = [
     "__version__",
     "PROTOCOL_VERSION",
     "AdapterContract",
+    "CameraInfo",
     "Capabilities",
     "ControlSpec",
     "GripperSpec",

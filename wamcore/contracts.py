@@ -104,8 +104,11 @@ def _unpairs(shapes: Mapping[str, Any]) -> dict:
 class GripperSpec:
     """Where the gripper command sits in an action and which value opens or closes it."""
 
+    #: action dimensions that command the gripper
     indices: tuple = attrs.field(converter=lambda v: tuple(int(i) for i in v))
+    #: the value that opens it (LIBERO: -1)
     open: float = attrs.field(converter=float)
+    #: the value that closes it (LIBERO: +1)
     close: float = attrs.field(converter=float)
 
     def to_wire(self) -> dict:
@@ -185,14 +188,44 @@ class ControlSpec:
         )
 
 
+#: how a simulator's render becomes the observation's top-left-origin image
+CAMERA_TRANSFORMS = ("none", "flipud", "fliplr", "rot90", "rot180", "rot270")
+
+
+@attrs.frozen
+class CameraInfo:
+    """Which simulator camera a camera role is, and how its render is turned into the
+    observation's image: ``transform`` is one of ``CAMERA_TRANSFORMS`` (``flipud``: the
+    render's rows reversed, as for robosuite's bottom-up renders; ``rot90`` counter-clockwise)."""
+
+    source: str
+    transform: str = attrs.field(default="none")
+    description: str = ""
+
+    @transform.validator
+    def _check_transform(self, _attr, value):
+        if value not in CAMERA_TRANSFORMS:
+            raise ValueError(f"camera transform {value!r} is not one of {', '.join(CAMERA_TRANSFORMS)}")
+
+    def to_wire(self) -> dict:
+        return {"source": self.source, "transform": self.transform, "description": self.description}
+
+
 @attrs.frozen
 class ObservationSpec:
     """What a platform's observations hold: camera roles with their (H, W), and named
-    1-D state vectors with their lengths and units."""
+    1-D state vectors with their lengths and units. ``camera_info`` says, per role, which
+    simulator camera it is and how its render is rotated or flipped (:class:`CameraInfo`)."""
 
     cameras: dict = attrs.field(converter=_unpairs)
     state: dict = attrs.field(converter=_frozen_dict)
     units: dict = attrs.field(factory=dict, converter=_frozen_dict)
+    camera_info: dict = attrs.field(factory=dict, converter=_frozen_dict)
+
+    def __attrs_post_init__(self):
+        unknown = sorted(set(self.camera_info) - set(self.cameras))
+        if unknown:
+            raise ValueError(f"camera_info names {unknown}, which are not camera roles ({sorted(self.cameras)})")
 
     def to_wire(self) -> dict:
         return _stamp(
@@ -200,12 +233,14 @@ class ObservationSpec:
             cameras=_pairs(self.cameras),
             state={k: int(v) for k, v in self.state.items()},
             units=dict(self.units),
+            camera_info={k: v.to_wire() for k, v in self.camera_info.items()},
         )
 
     @classmethod
     def from_wire(cls, d: Mapping) -> "ObservationSpec":
         _check_version(d, "observation_spec")
-        return cls(cameras=d["cameras"], state=d["state"], units=d["units"])
+        return cls(cameras=d["cameras"], state=d["state"], units=d["units"],
+                   camera_info={k: CameraInfo(**v) for k, v in (d.get("camera_info") or {}).items()})
 
 
 @attrs.frozen(eq=False)
@@ -398,10 +433,15 @@ class PredictRequest:
     """One prediction request. ``instruction`` overrides the observation's for this request
     only; ``candidate_actions`` asks an action-conditioned model what *that* chunk would do."""
 
+    #: the physical observation, native units (selected to the adapter contract's cameras and state)
     observation: Observation
+    #: overrides ``observation.instruction`` for this request
     instruction: Optional[str] = None
+    #: the model's sampling seed (``wam run/eval --seed``); None: the model's own
     seed: Optional[int] = None
+    #: ``[T, D]``: asks an ``action_conditioned_futures`` model for this chunk's future
     candidate_actions: Optional[np.ndarray] = None
+    #: the backend's per-request options (``Option(deployment=False)``)
     options: dict = attrs.field(factory=dict, converter=_frozen_dict)
 
     @property
@@ -507,6 +547,8 @@ class Prediction:
 __all__ = [
     "PROTOCOL_VERSION",
     "CAPABILITY_NAMES",
+    "CAMERA_TRANSFORMS",
+    "CameraInfo",
     "GripperSpec",
     "ControlSpec",
     "ObservationSpec",

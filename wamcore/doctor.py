@@ -29,15 +29,25 @@ EXTRAS = {
 }
 
 
+#: a failed check's weight: ``error`` fails ``wam doctor`` (exit 1), ``warning`` is shown only
+LEVELS = ("error", "warning")
+
+
 @attrs.frozen
 class DoctorCheck:
-    """One line of the report. ``ok=False`` with ``level="error"`` fails ``wam doctor``."""
+    """One line of the report. ``ok=False`` with ``level="error"`` fails ``wam doctor``;
+    with ``level="warning"`` it is shown and does not (e.g. a plugin's optional dependency)."""
 
+    #: what is checked, e.g. ``"platform libero: robosuite"``
     name: str
+    #: whether it passed
     ok: bool
+    #: what was found (a path, a version, the error)
     detail: str = ""
+    #: the command that fixes a failure (``pip install ...``)
     fix: str = ""
-    level: str = "error"
+    #: one of ``LEVELS``
+    level: str = attrs.field(default="error", validator=attrs.validators.in_(LEVELS))
 
     def to_json(self) -> dict:
         return attrs.asdict(self)

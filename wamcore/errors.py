@@ -69,6 +69,10 @@ class UnknownProtocolError(UnknownIdError):
     kind = "evaluation protocol"
 
 
+class UnknownProbeSetError(UnknownIdError):
+    kind = "probe set"
+
+
 class PluginLoadError(PluginError):
     """A plugin failed to import or register; raised when one of its ids is asked for."""
 

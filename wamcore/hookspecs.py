@@ -82,6 +82,27 @@ def wam_register_protocols(register: Callable[..., None]) -> None:
 
 
 @hookspec
+def wam_register_probe_sets(register: Callable[..., None]) -> None:
+    """Register probe sets: the contexts ``wam probe --set NAME`` branches from.
+
+    :param register: call ``register(probe_set)`` once per set, with a
+        :class:`wamcore.probe.ProbeSet`: its ``name``, the ``platform`` it runs on, its
+        ``contexts`` (:class:`wamcore.probe.ProbeContext`: env options, reset arguments and
+        warm-up steps of named interventions) and ``horizons``. The branches are the
+        platform's ``interventions`` plus the model's own chunk.
+
+    Use in a plugin::
+
+        @hookimpl
+        def wam_register_probe_sets(register):
+            register(ProbeSet(name="line-cf", platform="line",
+                              contexts=[ProbeContext("seed=0", reset={"seed": 0})]))
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
 def wam_register_commands(cli) -> None:
     """Add sub-commands to the ``wam`` command line.
 

@@ -27,19 +27,23 @@ from typing import Any, Dict, Iterable, List, Optional
 import attrs
 import pluggy
 
-from . import hookspecs
+from . import baselines, hookspecs
 from .errors import (
     DuplicateIdError,
     PluginLoadError,
     UnknownIdError,
     UnknownModelError,
     UnknownPlatformError,
+    UnknownProbeSetError,
     UnknownProtocolError,
 )
 from .eval_protocols import EvalProtocol
+from .probe.sets import ProbeSet
 from .specs import RESERVED_OPTION_NAMES, ModelSpec, PlatformSpec, normalize_id
 
 ENTRY_POINT_GROUP = "wamcore"
+#: owner of what the core registers itself: the ``random`` baseline (:mod:`wamcore.baselines`)
+CORE_OWNER = "wamcore"
 LOAD_ENV = "WAMCORE_LOAD_PLUGINS"
 MODULES_ENV = "WAMCORE_PLUGIN_MODULES"
 
@@ -48,7 +52,6 @@ MODULES_ENV = "WAMCORE_PLUGIN_MODULES"
 KNOWN_PROVIDERS: Dict[str, tuple] = {
     "pointmass": ("wam-pointmass", "pointmass"),
     "pointmass-wam": ("wam-pointmass[model]", "pointmass"),
-    "random": ("wam-pointmass", "pointmass"),
     "libero": ("wam-libero[sim]", "libero"),
     "libero-smoke": ("wam-libero[sim]", "libero"),
     "robotwin": ("wam-robotwin", "robotwin"),
@@ -88,6 +91,7 @@ class PluginRecord:
     platforms: List[str] = attrs.field(factory=list)
     models: List[str] = attrs.field(factory=list)
     protocols: List[str] = attrs.field(factory=list)
+    probe_sets: List[str] = attrs.field(factory=list)
     hooks: List[str] = attrs.field(factory=list)
     problems: List[str] = attrs.field(factory=list)
 
@@ -105,6 +109,7 @@ class PluginRecord:
             "platforms": self.platforms,
             "models": self.models,
             "protocols": self.protocols,
+            "probe_sets": self.probe_sets,
             "hooks": self.hooks,
             "error": self.error,
             "traceback": self.traceback,
@@ -127,8 +132,10 @@ class Registry:
         self._platforms: Dict[str, PlatformSpec] = {}
         self._models: Dict[str, ModelSpec] = {}
         self._protocols: Dict[str, EvalProtocol] = {}
-        self._tables = {"platform": self._platforms, "model": self._models, "protocol": self._protocols}
-        self._aliases: Dict[str, Dict[str, str]] = {"platform": {}, "model": {}, "protocol": {}}
+        self._probe_sets: Dict[str, ProbeSet] = {}
+        self._tables = {"platform": self._platforms, "model": self._models, "protocol": self._protocols,
+                        "probe_set": self._probe_sets}
+        self._aliases: Dict[str, Dict[str, str]] = {kind: {} for kind in self._tables}
         self._owner: Dict[tuple, str] = {}
         self._loaded = False  # set once loading has finished: until then lookups wait for it
         self._loading = False
@@ -154,6 +161,7 @@ class Registry:
                 pending, self._pending = self._pending, []
                 for plugin in pending:
                     self.register(plugin)
+                self._refresh_baseline()
             finally:
                 self._loading = False
                 self._loaded = True
@@ -229,14 +237,16 @@ class Registry:
                     for alias, target in list(self._aliases[kind].items()):
                         if target == ident:
                             del self._aliases[kind][alias]
+        self._refresh_baseline()
 
     def _collect(self, name: str, plugin: Any, record: PluginRecord) -> None:
         """Call this plugin's hooks only, staging what it registers: all or nothing."""
-        staged: Dict[str, list] = {"platform": [], "model": [], "protocol": []}
+        staged: Dict[str, list] = {kind: [] for kind in self._tables}
         calls = {
             "wam_register_platforms": ("platform", PlatformSpec),
             "wam_register_models": ("model", ModelSpec),
             "wam_register_protocols": ("protocol", EvalProtocol),
+            "wam_register_probe_sets": ("probe_set", ProbeSet),
         }
         for hook_name, (kind, spec_type) in calls.items():
             for impl in getattr(self._pm.hook, hook_name).get_hookimpls():
@@ -246,7 +256,7 @@ class Registry:
 
                 def register(spec, _kind=kind, _type=spec_type):
                     if not isinstance(spec, _type):
-                        raise TypeError(f"register() for {_kind}s takes a {_type.__name__}, got {type(spec).__name__}")
+                        raise TypeError(f"register() for {_kind.replace('_', ' ')}s takes a {_type.__name__}, got {type(spec).__name__}")
                     staged[_kind].append(spec)
 
                 try:
@@ -278,10 +288,23 @@ class Registry:
                     record.problems.append(str(exc))
                     continue
                 getattr(record, kind + "s").append(spec.name)
+        self._refresh_baseline()
+
+    def _refresh_baseline(self) -> None:
+        """The core's ``random`` model, with an adapter for every platform registered so far;
+        a plugin's own ``random`` takes its place."""
+        key = ("model", baselines.NAME)
+        if self._owner.get(key, CORE_OWNER) != CORE_OWNER:
+            return
+        self._models[baselines.NAME] = baselines.random_model_spec(self._platforms.values())
+        self._owner[key] = CORE_OWNER
 
     def _add(self, kind: str, spec, owner: str) -> None:
         table = self._tables[kind]
         ident = normalize_id(spec.name)
+        if self._owner.get((kind, ident)) == CORE_OWNER:  # a plugin's own model replaces the core's
+            del table[ident]
+            del self._owner[(kind, ident)]
         names = [ident] + [normalize_id(a) for a in spec.aliases]
         for n in names:
             existing = self._aliases[kind].get(n) or (n if n in table else None)
@@ -312,6 +335,14 @@ class Registry:
     def protocols(self) -> Dict[str, EvalProtocol]:
         self.load()
         return dict(self._protocols)
+
+    def probe_sets(self) -> Dict[str, ProbeSet]:
+        self.load()
+        return dict(self._probe_sets)
+
+    def probe_set(self, ident: str) -> ProbeSet:
+        """A probe set by name (``wam probe --set``); unknown: did-you-mean and the installed ones."""
+        return self._lookup("probe_set", ident, UnknownProbeSetError)
 
     def protocol(self, ident: str) -> EvalProtocol:
         """An evaluation protocol by name (``wam eval --protocol``); unknown: did-you-mean."""

@@ -131,8 +131,11 @@ def _requirements(values) -> tuple:
 class Requirement:
     """A module a plugin needs at run time (checked by ``wam doctor`` without importing it)."""
 
+    #: importable module name, found with ``importlib.util.find_spec`` (never imported)
     module: str
+    #: the command that installs it (default ``pip install <top-level module>``)
     install: str = ""
+    #: what it is needed for, shown by ``wam doctor``
     purpose: str = ""
 
     @property
@@ -144,8 +147,11 @@ class Requirement:
 class StepResult:
     """What executing one action did. ``success`` is the platform's native success."""
 
+    #: the platform's own success test after this action; ends the episode when true
     success: bool = False
+    #: the platform's reward for this action (summed into a probe branch's return)
     reward: float = 0.0
+    #: anything else the platform reports (not read by the core)
     info: dict = attrs.field(factory=dict)
 
 
@@ -185,9 +191,13 @@ class Episode:
     what it is in tables (suite, task, init state, seed: plain values); results are grouped
     by ``suite`` and ``task`` where an episode has them."""
 
+    #: unique and stable across runs: records, resume and ``wam compare`` pair episodes by it
     key: str
+    #: keyword arguments of ``make_env`` (by option dest); equal options reuse one env
     env_options: dict = attrs.field(factory=dict)
+    #: keyword arguments of ``Env.reset`` (``seed``, ``init_state``, ...)
     reset: dict = attrs.field(factory=dict)
+    #: plain values shown as table columns (``suite``, ``task``, ``init``, ``seed``)
     labels: dict = attrs.field(factory=dict)
 
 

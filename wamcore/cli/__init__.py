@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from ..registry import Registry, default_registry
-from . import artifacts, evaluate, plugins, probe, report, run, serve, upstream, weights  # noqa: F401  (each registers its commands on ``cli``)
+from . import (  # noqa: F401  (each registers its commands on ``cli``)
+    artifacts, compare, evaluate, plugins, probe, report, run, serve, upstream, weights,
+)
 from .common import PairedCommand, cli, default_backend, deployment_options, split_plugin_options
 
 

@@ -57,9 +57,12 @@ def _peek(args: Sequence[str], flags: Sequence[str]) -> Optional[str]:
 
 
 def default_backend(reg: Registry, platform: str) -> Optional[str]:
-    """The reference model for the platform, else the only installed model that fits it."""
+    """The reference model for the platform, else the only installed model that fits it (the
+    core's ``random`` baseline fits every platform and is never chosen unasked)."""
+    from ..baselines import NAME as BASELINE
+
     preferred = DEFAULT_BACKENDS.get(normalize_id(platform))
-    models = reg.models_for(platform)
+    models = [m for m in reg.models_for(platform) if m != BASELINE]
     if preferred and preferred in models:
         return preferred
     return models[0] if len(models) == 1 else None

@@ -9,8 +9,8 @@ from typing import List
 
 import click
 
-from ..errors import ConfigurationError
-from .common import PairedCommand, _open, _peek, _resolve, cli, deployment_options, with_cache
+from ..errors import ConfigurationError, UnknownIdError
+from .common import PairedCommand, _open, _peek, _registry, _resolve, cli, deployment_options, with_cache
 
 DEFAULT_CACHE = "runs/artifacts"
 
@@ -19,20 +19,19 @@ class ProbeCommand(PairedCommand):
     """The platform is the probe set's: its options (and its models') are the visible ones."""
 
     def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
-        from ..probe import probe_set
-
         name = _peek(args, ("--set",))
         if name is not None and _peek(args, ("--platform",)) is None:
             try:
-                args = ["--platform", probe_set(name).platform, *args]
-            except ConfigurationError:
-                pass  # reported with the list of sets once the command runs
+                args = ["--platform", _registry(ctx).probe_set(name).platform, *args]
+            except UnknownIdError:
+                pass  # reported with the installed sets once the command runs
         return super().parse_args(ctx, args)
 
 
 @cli.command(cls=ProbeCommand, params=[
     click.Option(["--set", "set_name"], required=True, metavar="NAME",
-                 help="Probe set: pointmass-cf or libero-cf-mini (docs/probe.md)."),
+                 help="Probe set, registered by a platform plugin (pointmass-cf, libero-cf-mini, ...; "
+                      "`--set list` lists the installed ones)."),
     click.Option(["--platform"], default=None, hidden=True),
     click.Option(["--seed"], type=int, default=0, show_default=True, help="Seed of every prediction request."),
     click.Option(["--instruction"], default=None, help="Override the task's instruction for every prediction."),
@@ -53,9 +52,14 @@ def probe(ctx, **kwargs):
     futures, values) against the real futures. Metrics the model cannot support are
     reported as skipped, with the capability it lacks.
     """
-    from ..probe import probe_set, run_probe
+    from ..probe import run_probe
 
-    chosen = probe_set(kwargs.pop("set_name"))
+    reg = _registry(ctx)
+    name = kwargs.pop("set_name")
+    if name == "list":
+        click.echo(format_sets(reg))
+        return
+    chosen = reg.probe_set(name)
     if kwargs["platform"] is not None and kwargs["platform"] != chosen.platform:
         raise ConfigurationError(f"probe set {chosen.name!r} runs on platform {chosen.platform!r}; drop --platform")
     kwargs["platform"] = chosen.platform
@@ -99,6 +103,18 @@ def probe(ctx, **kwargs):
             f"max pixel error {report['determinism']['max_pixel_error']}); their comparison means little. "
             f"Per-context checks: {out / 'report.json'}"
         )
+
+
+def format_sets(reg) -> str:
+    """``wam probe --set list``: every installed probe set, its platform, plugin and contexts."""
+    sets = reg.probe_sets()
+    if not sets:
+        return "no probe sets installed (platform plugins register them: docs/hooks.md)"
+    rows = [[s.name, s.platform, getattr(reg.owner("probe_set", n), "name", "?"), str(len(s.contexts)),
+             s.description] for n, s in sorted(sets.items())]
+    head = ["set", "platform", "plugin", "contexts", "description"]
+    widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head, *rows])
 
 
 def _explicit_platform_options(ctx: click.Context) -> set:
@@ -149,7 +165,17 @@ def _figures(name: str, m: dict) -> str:
         tau = "n/a" if m["kendall_tau_mean"] is None else f"{m['kendall_tau_mean']:.2f}"
         return (f"ok        Kendall tau {tau}; {m['agreeing_contexts']}/{m['contexts']} contexts agree "
                 f"(tau > {m['agreement_tau']}); {m['identified']}/{m['candidates']} candidates identified")
-    return f"ok        Brier {m['brier']:.4f} over {m['pairs']} branches ({m['successes']} succeeded)"
+    if name == "values":
+        return f"ok        Brier {m['brier']:.4f} over {m['pairs']} branches ({m['successes']} succeeded)"
+    ci = {f: ("" if c is None else f" [{c[0]:.3g}, {c[1]:.3g}]") for f, c in m["ci95"].items()}
+    if name == "action_dependence":
+        return (f"ok        score {m['score']:.3f}{ci['score']}; permutation effect {m['permutation_effect']:.2f}"
+                f"{ci['permutation_effect']}, p {m['permutation_p_value']:.3f}{ci['permutation_p_value']}")
+    if name == "counterfactual_direction":
+        return f"ok        cosine {m['direction']:.3f}{ci['direction']}"
+    if name == "noop_stability":
+        return f"ok        stable {m['stable']:.3f}{ci['stable']}, exact {m['exact']:.3f}"
+    return f"ok        regret {m['regret']:.3f}{ci['regret']} (real return lost by the model's top-valued candidate)"
 
 
 def format_report(report: dict, out: Path) -> str:
@@ -162,7 +188,7 @@ def format_report(report: dict, out: Path) -> str:
         f"{'identical' if det['identical'] else 'DIFFER'} (max state error {det['max_state_error']}, "
         f"max pixel error {det['max_pixel_error']})",
     ]
-    lines += [f"{name:<18}{_figures(name, m)}" for name, m in report["metrics"].items()]
+    lines += [f"{name:<26}{_figures(name, m)}" for name, m in report["metrics"].items()]
     if "cache" in report:
         c = report["cache"]
         lines.append(f"cache: {c['model_calls']} model calls, {c['hits']} answered from {c['dir']}")

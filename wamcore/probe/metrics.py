@@ -17,12 +17,17 @@ from typing import Dict, List, Mapping, Optional
 import numpy as np
 
 from ..contracts import Capabilities, Observation, Prediction
+from ..stats import bootstrap_mean_interval
 from .branches import Rollout
 
 #: a context's branch ranking "agrees" when Kendall's tau exceeds this: with 5 candidates,
 #: at least 8 of the 10 pairs in reality's order
 AGREEMENT_TAU = 0.5
-METRICS = ("branch_separation", "future_frames", "candidate_futures", "branch_ranking", "values")
+#: ours, then WAMProbe's (:mod:`.counterfactual`)
+METRICS = ("branch_separation", "future_frames", "candidate_futures", "branch_ranking", "values",
+           "action_dependence", "counterfactual_direction", "noop_stability", "top1_regret")
+#: context-block bootstrap of every summary figure: contexts resampled with replacement
+BOOTSTRAP_RESAMPLES = 1000
 
 
 def skipped(reason: str, needs: Optional[str] = None) -> dict:
@@ -157,14 +162,10 @@ def candidate_futures(caps: Capabilities, backend: str, candidates: Mapping[str,
     return {"status": "ok", "candidates": scored}
 
 
-def branch_ranking(caps: Capabilities, backend: str, candidates: Mapping[str, object],
-                   rollouts: Mapping[str, Rollout], now: Observation) -> dict:
-    """Does the model order the interventions by how far they take the scene as reality does
-    (Kendall's tau over the blurred frames' MSE to the current one), and is each predicted
-    future nearest its own real one (identified)?"""
-    if not caps.action_conditioned_futures:
-        return lacks(backend, "action_conditioned_futures")
-    rows = []  # (name, predicted change, real change, predicted frame, real frame)
+def end_frames(candidates: Mapping[str, object], rollouts: Mapping[str, Rollout], now: Observation) -> list:
+    """Per candidate that can be scored: (name, predicted end frame, real frame at that step,
+    the current frame blurred), on the first camera it predicts."""
+    rows = []
     for name, pred in candidates.items():
         if not isinstance(pred, Prediction):
             continue
@@ -174,10 +175,19 @@ def branch_ranking(caps: Capabilities, backend: str, candidates: Mapping[str, ob
             real = rollouts[name].frames.get(role)
             if not frames or real is None or step > len(real) or frames[step].shape != real[step - 1].shape:
                 continue
-            current = blurred(np.asarray(now.images[role]))
-            rows.append((name, mse(blurred(frames[step]), current), mse(blurred(real[step - 1]), current),
-                         frames[step], real[step - 1]))
+            rows.append((name, frames[step], real[step - 1], blurred(np.asarray(now.images[role]))))
             break  # one camera per branch: the first predicted one
+    return rows
+
+
+def branch_ranking(caps: Capabilities, backend: str, candidates: Mapping[str, object],
+                   rollouts: Mapping[str, Rollout], now: Observation) -> dict:
+    """Does the model order the interventions by how far they take the scene as reality does
+    (Kendall's tau over the blurred frames' MSE to the current one), and is each predicted
+    future nearest its own real one (identified)?"""
+    if not caps.action_conditioned_futures:
+        return lacks(backend, "action_conditioned_futures")
+    rows = [(name, mse(blurred(p), c), mse(blurred(r), c), p, r) for name, p, r, c in end_frames(candidates, rollouts, now)]
     if len(rows) < 3:
         return skipped(f"needs at least three scorable candidate futures, got {len(rows)}")
     tau = kendall_tau([r[1] for r in rows], [r[2] for r in rows])
@@ -212,9 +222,10 @@ def _first_skip(entries: List[dict]) -> dict:
     return next(e for e in entries if e["status"] == "skipped")
 
 
-def summarise(contexts: List[dict]) -> dict:
+def summarise(contexts: List[dict], *, seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES) -> dict:
     """One figure set per metric over every context (a metric skipped everywhere stays
-    skipped, with its reason)."""
+    skipped, with its reason), each with ``ci95``: a seeded percentile bootstrap interval per
+    figure, resampling whole contexts (branches and frames of one context are not independent)."""
     out = {}
     for name in METRICS:
         entries = [c["metrics"][name] for c in contexts]
@@ -222,10 +233,22 @@ def summarise(contexts: List[dict]) -> dict:
         if not ok:
             out[name] = _first_skip(entries) if entries else skipped("no contexts")
             continue
-        out[name] = {"status": "ok", "contexts": len(ok), **_SUMMARIES[name](ok)}
+        per_context = [_FIGURES[name](e) for e in ok]
+        intervals = {f: bootstrap_interval([c[f] for c in per_context if c.get(f) is not None], seed, resamples)
+                     for f in per_context[0]}
+        summary = _SUMMARIES[name](ok) if name in _SUMMARIES else {
+            f: _mean([c[f] for c in per_context if c.get(f) is not None]) for f in per_context[0]}
+        out[name] = {"status": "ok", "contexts": len(ok), **summary, "ci95": intervals}
         if len(ok) < len(entries):
             out[name]["skipped_contexts"] = len(entries) - len(ok)
     return out
+
+
+def bootstrap_interval(values: List[float], seed: int, resamples: int = BOOTSTRAP_RESAMPLES) -> Optional[list]:
+    """95% percentile interval of the mean of ``values`` (one per context), resampled from
+    ``numpy.random.default_rng(seed)``; None without values."""
+    found = bootstrap_mean_interval(values, np.random.default_rng(seed), resamples)
+    return None if found is None else list(found)
 
 
 def _separation(entries: List[dict]) -> dict:
@@ -279,8 +302,32 @@ def _values(entries: List[dict]) -> dict:
             "brier": _mean([(p["value"] - p["success"]) ** 2 for p in pairs])}
 
 
+def _last_horizon(e: dict) -> dict:
+    s = e["horizons"][max(e["horizons"], key=int)] if e["horizons"] else {}
+    return {"state_distance_mean": s.get("state_distance_mean"), "frame_mse_mean": s.get("frame_mse_mean")}
+
+
+def _frame_figures(scores: List[dict]) -> dict:
+    return {"mse": _mean([s["mse"] for s in scores]), "psnr": _mean([s["psnr"] for s in scores if s["psnr"] is not None])}
+
+
+#: the figures of one context that its summary averages, each given a bootstrap interval
+_FIGURES = {
+    "branch_separation": _last_horizon,
+    "future_frames": lambda e: _frame_figures(list(e["frames"].values())),
+    "candidate_futures": lambda e: _frame_figures([f for c in e["candidates"].values() if c["status"] == "ok"
+                                                   for f in c["frames"].values()]),
+    "branch_ranking": lambda e: {"kendall_tau": e["kendall_tau"], "identified": e["identified"] / e["candidates"]},
+    "values": lambda e: {"brier": e["brier"]},
+    "action_dependence": lambda e: {"score": e["score"], "permutation_effect": e["permutation"]["effect"],
+                                    "permutation_p_value": e["permutation"]["p_value"]},
+    "counterfactual_direction": lambda e: {"direction": e["direction"]},
+    "noop_stability": lambda e: {"stable": float(e["stable"]), "exact": float(e["exact"])},
+    "top1_regret": lambda e: {"regret": e["regret"]},
+}
+
 _SUMMARIES = {"branch_separation": _separation, "future_frames": _futures, "candidate_futures": _candidates,
               "branch_ranking": _ranking, "values": _values}
 
-__all__ = ["METRICS", "AGREEMENT_TAU", "branch_separation", "future_frames", "candidate_futures",
+__all__ = ["METRICS", "AGREEMENT_TAU", "BOOTSTRAP_RESAMPLES", "bootstrap_interval", "end_frames", "blurred", "branch_separation", "future_frames", "candidate_futures",
            "branch_ranking", "values", "summarise", "kendall_tau", "mse", "psnr", "skipped"]

@@ -23,7 +23,7 @@ from ..errors import ConfigurationError
 from ..execution import ReusedEnv
 from ..service import ModelClient
 from ..specs import PlatformSpec
-from . import metrics, picture, snapshots
+from . import counterfactual, metrics, picture, snapshots
 from .branches import Branch, capture, capture_difference, difference, rollout
 from .sets import ProbeContext, ProbeSet
 
@@ -56,7 +56,9 @@ def _candidates(model: ModelClient, platform: PlatformSpec, request: PredictRequ
 def probe_context(env, platform: PlatformSpec, model: ModelClient, context: ProbeContext, *, horizons,
                   out: Path, request_args: Mapping[str, Any]) -> dict:
     """One context's report; ``request_args`` (seed, instruction, options) go into every
-    prediction request, all of them about the snapshot's observation."""
+    prediction request, all of them about the snapshot's observation; their seed (0 when
+    None) also seeds the permutation test."""
+    seed = request_args.get("seed") or 0
     env.reset(**context.reset)
     _warm_up(env, platform, context)
     try:
@@ -99,6 +101,11 @@ def probe_context(env, platform: PlatformSpec, model: ModelClient, context: Prob
         "candidate_futures": metrics.candidate_futures(caps, backend, candidates, forward, now),
         "branch_ranking": metrics.branch_ranking(caps, backend, candidates, forward, now),
         "values": metrics.values(caps, backend, scored, forward),
+        "action_dependence": counterfactual.action_dependence(
+            caps, backend, candidates, forward, now, seed=counterfactual.context_seed(seed, context.name)),
+        "counterfactual_direction": counterfactual.counterfactual_direction(caps, backend, candidates, forward, now),
+        "noop_stability": counterfactual.noop_stability(caps, backend, candidates, forward, now),
+        "top1_regret": counterfactual.top1_regret(caps, backend, candidates, forward),
     }
     layout = None  # a platform without cameras has no picture
     if now.images:
@@ -171,7 +178,9 @@ def run_probe(probe_set: ProbeSet, platform: PlatformSpec, model: ModelClient, *
         "model_identity": model_identity(model.info, model.contract),
         "determinism": {"max_state_error": worst["state"], "max_pixel_error": worst["pixels"],
                         "identical": worst == {"state": 0.0, "pixels": 0.0}},
-        "metrics": metrics.summarise(contexts),
+        "metrics": metrics.summarise(contexts, seed=seed or 0),
+        "bootstrap": {"resamples": metrics.BOOTSTRAP_RESAMPLES, "seed": seed or 0, "unit": "context",
+                      "interval": "95% percentile"},
         "contexts": contexts,
         "wamcore": __version__,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -1,7 +1,9 @@
-"""The fixed probe sets: which contexts, at which horizons.
+"""Probe sets: which contexts, at which horizons. Platform plugins register them
+(``wam_register_probe_sets``), beside the interventions they name.
 
 A set is plain data (platform id, env options, reset arguments, warm-up), so that two runs
-of one set on one machine start from the same snapshots, whatever model they probe.
+of one set on one machine start from the same snapshots, whatever model they probe. This
+module imports nothing but attrs: the registry checks what a plugin registers against it.
 """
 
 from __future__ import annotations
@@ -9,8 +11,6 @@ from __future__ import annotations
 from typing import Dict, Tuple
 
 import attrs
-
-from ..errors import ConfigurationError
 
 
 @attrs.frozen
@@ -31,52 +31,30 @@ class ProbeContext:
 
 @attrs.frozen
 class ProbeSet:
+    """A named list of contexts on one ``platform`` (its id), probed at ``horizons``."""
+
     name: str
     platform: str
     contexts: Tuple[ProbeContext, ...] = attrs.field(converter=tuple)
     #: steps after the snapshot at which real futures are compared across branches
     horizons: Tuple[int, ...] = attrs.field(default=(2, 4, 8), converter=tuple)
     description: str = ""
+    aliases: tuple = attrs.field(default=(), converter=tuple)
 
 
-_WARMUPS = (None, None, "+x", "-y", "-x", "+y", "+x", "-y")
+def probe_sets(registry=None) -> Dict[str, ProbeSet]:
+    """Every probe set the installed plugins register (``wam_register_probe_sets``), by name."""
+    from ..registry import default_registry
 
-POINTMASS_CF = ProbeSet(
-    name="pointmass-cf",
-    platform="pointmass",
-    contexts=[
-        ProbeContext(
-            name=f"seed={seed}",
-            env_options={"action_noise": 0.05 if seed >= 6 else 0.0},
-            reset={"seed": seed},
-            warmup=() if push is None else ((push, 3),),
-        )
-        for seed, push in enumerate(_WARMUPS)
-    ],
-    description="PointMass, seeds 0-7: two at rest, six after a 3-step push, the last two with action noise "
-                "(its generator is part of the snapshot)",
-)
-
-LIBERO_CF_MINI = ProbeSet(
-    name="libero-cf-mini",
-    platform="libero",
-    contexts=[
-        ProbeContext(name=f"{suite}/task=0", env_options={"suite": suite, "task": "0", "resolution": 128},
-                     reset={"seed": 0, "init_state": 0})
-        for suite in ("libero_spatial", "libero_object", "libero_goal", "libero_10")
-    ],
-    description="LIBERO, task 0 of each family (spatial, object, goal, long), init state 0 after the 10 "
-                "settle steps, 128-pixel cameras",
-)
-
-PROBE_SETS: Dict[str, ProbeSet] = {s.name: s for s in (POINTMASS_CF, LIBERO_CF_MINI)}
+    return (registry or default_registry()).probe_sets()
 
 
-def probe_set(name: str) -> ProbeSet:
-    try:
-        return PROBE_SETS[name]
-    except KeyError:
-        raise ConfigurationError(f"no probe set {name!r}; there are: {', '.join(PROBE_SETS)}") from None
+def probe_set(name: str, registry=None) -> ProbeSet:
+    """One registered probe set; an unknown name is an :class:`~wamcore.errors.UnknownProbeSetError`
+    with the close names and every installed one."""
+    from ..registry import default_registry
+
+    return (registry or default_registry()).probe_set(name)
 
 
-__all__ = ["ProbeContext", "ProbeSet", "PROBE_SETS", "probe_set", "POINTMASS_CF", "LIBERO_CF_MINI"]
+__all__ = ["ProbeContext", "ProbeSet", "probe_sets", "probe_set"]

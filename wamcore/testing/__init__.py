@@ -11,7 +11,10 @@
         check_model_adapter(my_model_spec, my_platform_spec, native=MyStandIn())
 
 Both raise :class:`ConformanceError` (an AssertionError, so pytest shows it as a failure)
-naming what broke, and return a short report of what they checked. The pytest plugin
+naming what broke, and return a short report of what they checked. Where two observations
+should be equal and are not, the message names the first key that differs (camera role or
+state vector), the step, the first differing index, both values there, and the size of the
+difference (the largest absolute difference and how many entries differ). The pytest plugin
 (``wamcore.testing.pytest_plugin``, registered automatically) adds the ``wam_registry``
 fixture: an empty registry to register plugins in-process.
 """
@@ -39,6 +42,49 @@ class ConformanceError(AssertionError):
 def _require(cond: bool, message: str) -> None:
     if not cond:
         raise ConformanceError(message)
+
+
+def _array_difference(kind: str, key: str, a, b) -> Optional[str]:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return f"{kind} {key!r}: {a.dtype}{list(a.shape)} vs {b.dtype}{list(b.shape)}"
+    differs = ~((a == b) | (np.isnan(a) & np.isnan(b)) if a.dtype.kind == "f" else (a == b))
+    if not differs.any():
+        return None
+    index = tuple(int(i) for i in np.unravel_index(int(np.argmax(differs)), a.shape))
+    size = np.abs(a.astype(np.float64) - b.astype(np.float64))[differs].max()
+    return (f"{kind} {key!r} differs first at index {index} ({a[index].item()!r} vs {b[index].item()!r}); "
+            f"max |difference| {size:.3g} in {int(differs.sum())} of {a.size} entries")
+
+
+def observation_difference(a: Observation, b: Observation) -> Optional[str]:
+    """None when ``a == b``; else every key that differs, each with its first differing
+    index, both values there and the size of the difference."""
+    found = []
+    for kind, x, y in (("camera", a.images, b.images), ("state", a.state, b.state)):
+        if set(x) != set(y):
+            found.append(f"{kind} keys differ: {sorted(x)} vs {sorted(y)}")
+            continue
+        found += filter(None, (_array_difference(kind, key, x[key], y[key]) for key in sorted(x)))
+    if a.instruction != b.instruction:
+        found.append(f"instruction {a.instruction!r} vs {b.instruction!r}")
+    if a.step != b.step:
+        found.append(f"step {a.step} vs {b.step}")
+    return "; ".join(found) or None
+
+
+def _fields_difference(env_side, registered) -> str:
+    """The attrs fields in which two specs differ, each as env's vs the registered value."""
+    if type(env_side) is not type(registered):
+        return f"a {type(env_side).__name__}, registered a {type(registered).__name__}"
+    return "; ".join(f"{f.name}: env {getattr(env_side, f.name)!r} vs registered {getattr(registered, f.name)!r}"
+                     for f in attrs.fields(type(registered)) if getattr(env_side, f.name) != getattr(registered, f.name))
+
+
+def _require_equal(a: Observation, b: Observation, message: str) -> None:
+    found = observation_difference(a, b)
+    if found is not None:
+        raise ConformanceError(f"{message}: {found}")
 
 
 def synthetic_observation(spec: ObservationSpec, *, seed: int = 0, instruction: str = "do the task") -> Observation:
@@ -82,14 +128,16 @@ def check_platform(
     env = spec.create(**dict(options or {}))
     try:
         _require(isinstance(env, Env), f"{type(env).__name__} lacks parts of the Env protocol")
-        _require(env.control == spec.control_for(options), "env.control differs from the registered ControlSpec")
-        _require(env.observation_spec == expected_obs, "env.observation_spec differs from the registered one for these options")
+        _require(env.control == spec.control_for(options),
+                 f"env.control differs from the registered ControlSpec: {_fields_difference(env.control, spec.control_for(options))}")
+        _require(env.observation_spec == expected_obs, "env.observation_spec differs from the registered one for these "
+                                                       f"options: {_fields_difference(env.observation_spec, expected_obs)}")
         _require(isinstance(env.max_steps, int) and env.max_steps >= 1, "max_steps must be a positive int")
         obs = env.reset(seed=seed)
         _check_obs(obs, expected_obs, "reset()")
         _require(env.steps == 0, f"steps must be 0 after reset, got {env.steps}")
-        _require(env.observe() == obs, "observe() right after reset() must equal what reset() returned")
-        _require(env.reset(seed=seed) == obs, f"reset(seed={seed}) twice gave different observations (not deterministic)")
+        _require_equal(env.observe(), obs, "observe() right after reset() must equal what reset() returned")
+        _require_equal(env.reset(seed=seed), obs, f"reset(seed={seed}) twice gave different observations (not deterministic)")
         action = neutral_action(env)
         for i in range(steps):
             result = env.step(action)
@@ -120,16 +168,19 @@ def _check_snapshot(env: Env, n: int, seed: int) -> str:
     steps_before = env.steps
 
     def rollout():
+        observed = []
         for a in actions:
             env.step(a)
-        return env.observe()
+            observed.append(env.observe())
+        return observed
 
     first = rollout()
     env.restore(snap)
     _require(env.steps == steps_before, "restore() must restore the step count")
-    _require(env.observe() == at_snapshot, "observe() right after restore() must equal the observation at snapshot time")
-    second = rollout()
-    _require(first == second, "two rollouts of the same actions from one snapshot differ (images or state)")
+    _require_equal(env.observe(), at_snapshot, "observe() right after restore() must equal the observation at snapshot time")
+    for i, (a, b) in enumerate(zip(first, rollout())):
+        _require_equal(a, b, f"two rollouts of the same {n} actions from one snapshot differ at step {i + 1} after it "
+                             "(first rollout vs the one after restore())")
     return "bit-identical"
 
 
@@ -232,6 +283,7 @@ __all__ = [
     "check_platform",
     "check_model_adapter",
     "synthetic_observation",
+    "observation_difference",
     "neutral_action",
     "random_actions",
 ]

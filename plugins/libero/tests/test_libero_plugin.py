@@ -30,7 +30,7 @@ def test_libero_registers_platform_with_its_options(libero_registry):
     assert platform.observation_spec({}).cameras == {"primary": (256, 256), "wrist": (256, 256)}
     assert platform.observation_spec({"resolution": 96}).cameras == {"primary": (96, 96), "wrist": (96, 96)}
     assert platform.observation_spec({}).state == {"eef_position": 3, "eef_quaternion_xyzw": 4, "gripper_qpos": 2, "joint_positions": 7}
-    assert libero_registry.models_for("libero") == ["libero-smoke"]
+    assert libero_registry.models_for("libero") == ["libero-smoke", "random"]  # random: the core's baseline
 
 
 def test_libero_plugin_module_imports_no_simulator():

@@ -49,11 +49,6 @@ def test_reference_model_conforms():
     assert len(report["rejected"]) == 7
 
 
-def test_random_baseline_conforms():
-    report = check_model_adapter(plugin.RANDOM, plugin.POINTMASS_PLATFORM)
-    assert report["actions"] == (CHUNK, 2)
-
-
 def test_model_info_reports_checkpoint_device_and_capabilities(wam):
     info = wam.info
     assert info.checkpoint == f"sha256:{SHIPPED_SHA256}" == f"sha256:{sha256_file(shipped_weights())}"
@@ -137,13 +132,6 @@ def test_a_batch_answers_each_request_as_a_single_prediction_would():
         assert diff.max() <= 1
         if request.candidate_actions is not None:
             np.testing.assert_array_equal(pred.actions, request.candidate_actions)
-
-
-def test_random_baseline_refuses_candidates():
-    service = ModelService(plugin.RANDOM, ModelConfig(platform="pointmass"))
-    obs = PointMassEnv().reset(seed=0)
-    with pytest.raises(CapabilityError):
-        service.predict(PredictRequest(observation=obs, candidate_actions=np.zeros((CHUNK, 2), np.float32)))
 
 
 # ----------------------------------------------------------------------------- checkpoint pins

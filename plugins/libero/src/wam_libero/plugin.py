@@ -110,6 +110,13 @@ def wam_register_models(register):
 
 
 @hookimpl
+def wam_register_probe_sets(register):
+    from .probe_sets import LIBERO_CF_MINI
+
+    register(LIBERO_CF_MINI)
+
+
+@hookimpl
 def wam_register_commands(cli):
     from .cli import suites_command
 

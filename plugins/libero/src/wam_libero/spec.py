@@ -10,7 +10,7 @@ conventions.
 
 from __future__ import annotations
 
-from wamcore import ControlSpec, GripperSpec, ObservationSpec
+from wamcore import CameraInfo, ControlSpec, GripperSpec, ObservationSpec
 
 PLATFORM = "libero"
 ACTION_SPACE = "libero.osc_pose.delta.v1"
@@ -50,6 +50,13 @@ STATE_UNITS = {
 STATE_SIZES = {"eef_position": 3, "eef_quaternion_xyzw": 4, "gripper_qpos": 2, "joint_positions": 7}
 
 
+#: the robosuite cameras behind each role; robosuite renders bottom-up, the env flips rows once
+CAMERA_INFO = {
+    "primary": CameraInfo("agentview", "flipud", "robosuite's front view of the table and the robot"),
+    "wrist": CameraInfo("robot0_eye_in_hand", "flipud", "robosuite's camera on the Panda's hand"),
+}
+
+
 def observation_spec(resolution: int = DEFAULT_RESOLUTION) -> ObservationSpec:
     """Cameras ``primary`` (agentview) and ``wrist`` (eye-in-hand), square, top-left origin.
 
@@ -59,7 +66,8 @@ def observation_spec(resolution: int = DEFAULT_RESOLUTION) -> ObservationSpec:
     rotated 180° (Fast-WAM, StarWAM, openpi: ``[::-1, ::-1]``) add a left-right flip in their
     adapter."""
     r = int(resolution)
-    return ObservationSpec(cameras={"primary": (r, r), "wrist": (r, r)}, state=STATE_SIZES, units=STATE_UNITS)
+    return ObservationSpec(cameras={"primary": (r, r), "wrist": (r, r)}, state=STATE_SIZES, units=STATE_UNITS,
+                           camera_info=CAMERA_INFO)
 
 
 LIBERO_OBSERVATION = observation_spec()

@@ -1,4 +1,5 @@
-"""wamcore hooks of wam-pointmass: the ``pointmass`` platform, ``pointmass-wam`` and ``random``.
+"""wamcore hooks of wam-pointmass: the ``pointmass`` platform, ``pointmass-wam`` and the
+``pointmass-cf`` probe set (the ``random`` baseline is the core's, :mod:`wamcore.baselines`).
 
 Import-light: numpy and wamcore only. The env is built through a ``"module:attr"`` string;
 torch is imported by ``wam_pointmass.model:load`` inside the model's process.
@@ -10,7 +11,7 @@ from typing import Any, Iterable, Mapping
 
 from wamcore import Adapter, Capabilities, Intervention, ModelSpec, Option, PlatformSpec, Requirement, hookimpl
 
-from . import adapter, random_model
+from . import adapter
 from .spec import DEFAULT_MAX_STEPS, FAMILIES, PLATFORM, POINTMASS_CONTROL, POINTMASS_OBSERVATION
 
 MODEL_INSTALL = 'pip install "wam-pointmass[model]"'
@@ -99,17 +100,6 @@ POINTMASS_WAM = ModelSpec(
     doctor=_model_doctor,
 )
 
-RANDOM = ModelSpec(
-    name="random",
-    load="wam_pointmass.random_model:load",
-    adapters=[random_model.ADAPTER],
-    capabilities=Capabilities(actions=True),
-    description="Chance baseline: uniformly random action chunks within the bounds.",
-    install="pip install wam-pointmass",
-    timeout_s=5.0,
-)
-
-
 @hookimpl
 def wam_register_platforms(register):
     register(POINTMASS_PLATFORM)
@@ -118,4 +108,10 @@ def wam_register_platforms(register):
 @hookimpl
 def wam_register_models(register):
     register(POINTMASS_WAM)
-    register(RANDOM)
+
+
+@hookimpl
+def wam_register_probe_sets(register):
+    from .probe_sets import POINTMASS_CF
+
+    register(POINTMASS_CF)

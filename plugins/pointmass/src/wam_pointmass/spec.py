@@ -8,7 +8,7 @@ explains them.
 
 from __future__ import annotations
 
-from wamcore import ControlSpec, ObservationSpec
+from wamcore import CameraInfo, ControlSpec, ObservationSpec
 
 PLATFORM = "pointmass"
 ACTION_SPACE = "pointmass.acceleration.v1"
@@ -69,6 +69,8 @@ POINTMASS_OBSERVATION = ObservationSpec(
         "velocity": "m/s, arena frame: x right, y up",
         CAMERA: "RGB uint8, top-down view of the whole arena, row 0 = top (y = +1), column 0 = left (x = -1)",
     },
+    camera_info={CAMERA: CameraInfo("wam_pointmass.render.draw_frame", "none",
+                                    "drawn with numpy, top-down, no simulator camera")},
 )
 
 

@@ -1,0 +1,40 @@
+"""docs/reference.md is what docs/gen_reference.py writes from the code (rerun it after a change)."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import attrs
+import pytest
+
+from wamcore import CameraInfo, ObservationSpec
+from wamcore.doctor import DoctorCheck
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_reference_is_current():
+    generator = runpy.run_path(str(ROOT / "docs" / "gen_reference.py"))
+    assert (ROOT / "docs" / "reference.md").read_text() == generator["render"](), \
+        "docs/reference.md is stale: run python docs/gen_reference.py"
+
+
+def test_the_reference_documents_what_a_plugin_touches():
+    text = (ROOT / "docs" / "reference.md").read_text()
+    for name in ("Episode", "GripperSpec", "DoctorCheck", "Requirement", "StepResult", "PredictRequest", "CameraInfo",
+                 "PlatformSpec", "ModelSpec", "ProbeSet"):
+        assert f".{name}`" in text, name
+    assert "| `key` | `str` | required | unique and stable across runs" in text
+    assert "`DoctorCheck.level`: `error`, `warning`" in text
+
+
+def test_camera_info_names_a_role_and_a_known_transform():
+    spec = ObservationSpec(cameras={"primary": (8, 8)}, state={}, camera_info={"primary": CameraInfo("agentview", "flipud")})
+    assert ObservationSpec.from_wire(spec.to_wire()) == spec
+    with pytest.raises(ValueError, match="not camera roles"):
+        attrs.evolve(spec, camera_info={"side": CameraInfo("x")})
+    with pytest.raises(ValueError, match="is not one of none, flipud"):
+        CameraInfo("agentview", "upside-down")
+    with pytest.raises(ValueError, match="must be in"):
+        DoctorCheck("x", False, level="fatal")

@@ -1,0 +1,43 @@
+"""``wam compare``: evaluation runs on their shared episodes, paired by key (docs/evaluation.md)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from .common import cli
+
+
+@cli.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Where to write comparison.json, .csv and .html (default: a new runs/compare-TIME).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the paired bootstrap.")
+@click.option("--resamples", type=click.IntRange(min=100), default=10_000, show_default=True,
+              help="Bootstrap resamples.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as one JSON object.")
+def compare(runs, out, seed, resamples, as_json):
+    """Compare `wam eval` output folders on the episodes they share: the first is the baseline.
+
+    Per task and overall: each run's success minus the baseline's on the paired episodes, a
+    paired bootstrap 95% interval and the exact McNemar test. Runs that share no episode are
+    refused. Needs pip install "wamcore[report]" (rich, matplotlib).
+    """
+    from ..errors import DependencyNotInstalled
+    from ..report.compare import print_tables, write_comparison
+    from ..report.html import REPORT_INSTALL
+
+    try:
+        import rich  # noqa: F401
+    except ImportError as exc:
+        raise DependencyNotInstalled("rich", REPORT_INSTALL, "the comparison table") from exc
+    out = Path(out) if out else Path("runs") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"
+    comparison = write_comparison(runs, out, seed=seed, resamples=resamples)
+    if as_json:
+        click.echo(json.dumps(comparison))
+        return
+    print_tables(comparison)
+    click.echo(f"comparison: {out / 'comparison.html'}, {out / 'comparison.csv'}")

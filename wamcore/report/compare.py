@@ -1,0 +1,245 @@
+"""``wam compare``: two or more evaluation runs on the episodes they share, paired by key.
+
+The first run is the baseline; every other run is compared with it on the episodes both
+ran (same key: same task, init state and seed). Per task and overall: the paired success
+difference (other minus baseline) with a **paired bootstrap** 95% interval (pairs resampled
+with replacement, ``resamples`` times, from ``numpy.random.default_rng(seed)``; percentile
+interval) and the **exact McNemar test** (two-sided binomial test on the discordant pairs:
+episodes one run solved and the other did not). Pairing removes the variance of which
+episodes were drawn, which dominates a small run (a 5-episode run varies by +-50 points).
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+import attrs
+import numpy as np
+
+from ..errors import ConfigurationError
+from ..evaluation.results import read_records
+from ..stats import bootstrap_mean_interval
+from .tables import task_of
+
+RESAMPLES = 10_000
+COLUMNS = ("run", "baseline", "task", "pairs", "baseline_successes", "run_successes", "baseline_rate", "run_rate",
+           "difference", "ci95_low", "ci95_high", "only_baseline", "only_run", "mcnemar_p")
+
+
+@attrs.frozen
+class Run:
+    """One ``wam eval`` output folder: its config, summary and records by key."""
+
+    path: Path
+    config: dict
+    summary: dict
+    records: dict
+
+    @property
+    def label(self) -> str:
+        info = self.summary.get("model_info") or {}
+        return f"{info.get('backend') or self.config.get('backend') or '?'} ({self.path.name})"
+
+    def identity(self) -> dict:
+        info = self.summary.get("model_info") or {}
+        return {"run": str(self.path), "model": info.get("backend") or self.config.get("backend"),
+                "checkpoint": info.get("checkpoint"), "platform": self.config.get("platform"),
+                "platform_options": self.config.get("platform_options") or {}, "seed": self.summary.get("seed"),
+                "episodes": len(self.records), "wamcore": self.summary.get("wamcore")}
+
+
+def load_run(path) -> Run:
+    path = Path(path)
+    for needed in ("config.json", "episodes.jsonl"):
+        if not (path / needed).exists():
+            raise ConfigurationError(f"{path} is not a `wam eval` output folder: it has no {needed}")
+    summary_path = path / "summary.json"
+    return Run(path, json.loads((path / "config.json").read_text()),
+               json.loads(summary_path.read_text()) if summary_path.exists() else {},
+               read_records(path / "episodes.jsonl"))
+
+
+def mcnemar_exact(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar p-value: under no difference each discordant pair is a fair coin."""
+    n = only_a + only_b
+    if n == 0:
+        return 1.0
+    k = min(only_a, only_b)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def paired_bootstrap(a: np.ndarray, b: np.ndarray, rng: np.random.Generator, resamples: int) -> tuple:
+    """95% percentile interval of mean(b - a) over pairs resampled with replacement."""
+    return bootstrap_mean_interval(b.astype(np.float64) - a.astype(np.float64), rng, resamples)
+
+
+def _block(a: np.ndarray, b: np.ndarray, rng, resamples: int) -> dict:
+    lo, hi = paired_bootstrap(a, b, rng, resamples)
+    only_a, only_b = int(np.sum(a & ~b)), int(np.sum(b & ~a))
+    return {"pairs": int(len(a)), "baseline_successes": int(a.sum()), "run_successes": int(b.sum()),
+            "baseline_rate": float(a.mean()), "run_rate": float(b.mean()), "difference": float(b.mean() - a.mean()),
+            "ci95": [round(lo, 4), round(hi, 4)], "only_baseline": only_a, "only_run": only_b,
+            "mcnemar_p": mcnemar_exact(only_a, only_b)}
+
+
+def compare_pair(base: Run, other: Run, *, seed: int = 0, resamples: int = RESAMPLES) -> dict:
+    """``other`` against ``base`` on their shared keys; refuses runs that share none."""
+    if base.config.get("platform") != other.config.get("platform"):
+        raise ConfigurationError(f"{other.path} ran on platform {other.config.get('platform')!r}, {base.path} on "
+                                 f"{base.config.get('platform')!r}: compare runs of one platform")
+    keys = [k for k in base.records if k in other.records]
+    if not keys:
+        raise ConfigurationError(
+            f"{base.path} ({len(base.records)} episodes) and {other.path} ({len(other.records)} episodes) share no "
+            f"episode key: run both with the same --seed, --episodes and platform options")
+    rng = np.random.default_rng(seed)
+    tasks: Dict[str, List[str]] = {}
+    for k in keys:
+        tasks.setdefault(task_of(base.records[k]) or "", []).append(k)
+
+    def block(ks: Sequence[str]) -> dict:
+        a = np.array([bool(base.records[k]["success"]) for k in ks])
+        b = np.array([bool(other.records[k]["success"]) for k in ks])
+        return _block(a, b, rng, resamples)
+
+    per_task = {t: block(ks) for t, ks in tasks.items() if t} if len(tasks) > 1 or "" not in tasks else {}
+    return {"baseline": base.label, "run": other.label, "paired": len(keys),
+            "unpaired": {"baseline": len(base.records) - len(keys), "run": len(other.records) - len(keys)},
+            "per_task": per_task, "overall": block(keys)}
+
+
+def compare_runs(paths: Sequence, *, seed: int = 0, resamples: int = RESAMPLES) -> dict:
+    """Every run after the first against the first."""
+    if len(paths) < 2:
+        raise ConfigurationError("wam compare needs at least two runs: the baseline first, then the others")
+    runs = [load_run(p) for p in paths]
+    return {"type": "wamcore.comparison", "method": {
+                "interval": f"paired bootstrap, 95% percentile, {resamples} resamples, numpy default_rng({seed})",
+                "test": "exact McNemar (two-sided binomial test on discordant pairs)", "seed": seed,
+                "resamples": resamples},
+            "runs": [r.identity() for r in runs],
+            "comparisons": [compare_pair(runs[0], r, seed=seed, resamples=resamples) for r in runs[1:]]}
+
+
+def _rows(comparison: Mapping[str, Any]):
+    for c in comparison["comparisons"]:
+        for task, b in [*c["per_task"].items(), ("all", c["overall"])]:
+            yield c, task, b
+
+
+def to_csv(comparison: Mapping[str, Any]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for c, task, b in _rows(comparison):
+        writer.writerow([c["run"], c["baseline"], task, b["pairs"], b["baseline_successes"], b["run_successes"],
+                         f"{b['baseline_rate']:.4f}", f"{b['run_rate']:.4f}", f"{b['difference']:+.4f}",
+                         b["ci95"][0], b["ci95"][1], b["only_baseline"], b["only_run"], f"{b['mcnemar_p']:.4g}"])
+    return buf.getvalue()
+
+
+def _cells(b: Mapping[str, Any]) -> list:
+    return [str(b["pairs"]), f"{b['baseline_successes']} ({b['baseline_rate']:.3f})",
+            f"{b['run_successes']} ({b['run_rate']:.3f})", f"{b['difference']:+.3f}",
+            f"[{b['ci95'][0]:+.3f}, {b['ci95'][1]:+.3f}]", f"{b['only_baseline']}/{b['only_run']}",
+            f"{b['mcnemar_p']:.3g}"]
+
+
+#: "95% CI": the paired bootstrap interval; "discordant": episodes only the baseline / only the run solved
+HEAD = ["task", "pairs", "baseline", "run", "difference", "95% CI", "discordant", "McNemar p"]
+
+
+def print_tables(comparison: Mapping[str, Any], console=None) -> None:
+    """The comparison on the terminal, one rich table per compared run."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console(width=120)
+    for c in comparison["comparisons"]:
+        table = Table(title=f"{c['run']} vs {c['baseline']}: {c['paired']} paired episodes "
+                            f"(unpaired: {c['unpaired']['baseline']} baseline, {c['unpaired']['run']} run)")
+        for i, h in enumerate(HEAD):
+            table.add_column(h, justify="left" if i == 0 else "right")
+        for task, b in c["per_task"].items():
+            table.add_row(task, *_cells(b))
+        table.add_row("all", *_cells(c["overall"]), style="bold", end_section=False)
+        console.print(table)
+    console.print(f"95% CI: {comparison['method']['interval']}; test: {comparison['method']['test']}; "
+                  "discordant: episodes only the baseline / only the run solved")
+
+
+def plot_differences(c: Mapping[str, Any]) -> str:
+    from .html import _matplotlib, _svg
+
+    plt = _matplotlib()
+    rows = [*c["per_task"].items(), ("all", c["overall"])]
+    names = [n for n, _ in rows]
+    diff = [b["difference"] for _, b in rows]
+    err = [[d - b["ci95"][0] for d, (_, b) in zip(diff, rows)], [b["ci95"][1] - d for d, (_, b) in zip(diff, rows)]]
+    fig, ax = plt.subplots(figsize=(6.5, 0.35 * len(names) + 1.2))
+    ax.barh(range(len(names)), diff, xerr=err, color=["#4c78a8"] * (len(names) - 1) + ["#f58518"], ecolor="#333",
+            capsize=3)
+    ax.axvline(0, color="#999", linewidth=1)
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(-1, 1)
+    ax.set_xlabel("success difference, run minus baseline (bars: paired bootstrap 95% interval)")
+    ax.set_title(f"{c['run']} vs {c['baseline']}")
+    return _svg(fig)
+
+
+def render(comparison: Mapping[str, Any]) -> str:
+    from .html import _STYLE
+
+    runs = "".join(
+        "<dl class='identity'>" + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>"
+                                          for k, v in r.items() if v not in (None, "", {}))
+        + "</dl>" for r in comparison["runs"])
+    sections = []
+    for i, c in enumerate(comparison["comparisons"]):
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in HEAD)
+        body = "".join(f"<tr class='{'total' if task == 'all' else ''}'>" + "".join(
+            f"<td>{html.escape(x)}</td>" for x in [task, *_cells(b)]) + "</tr>"
+            for task, b in [*c["per_task"].items(), ("all", c["overall"])])
+        sections.append(
+            f"<h2>{html.escape(c['run'])} vs {html.escape(c['baseline'])}</h2>"
+            f"<p class='paired'>{c['paired']} paired episodes; unpaired: {c['unpaired']['baseline']} of the baseline, "
+            f"{c['unpaired']['run']} of the run</p>"
+            f"<table id='comparison-{i}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            f"<div class='plot'>{plot_differences(c)}</div>")
+    method = comparison["method"]
+    title = "Comparison: " + ", ".join(r["model"] or "?" for r in comparison["runs"])
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{_STYLE}</style></head>
+<body>
+<h1>{html.escape(title)}</h1>
+<p id="method">95% CI: {html.escape(method['interval'])}. Test: {html.escape(method['test'])}.
+The first run is the baseline; differences are the other run minus the baseline; discordant: episodes only
+the baseline / only the run solved.</p>
+<h2>What produced these results</h2>
+{runs}
+{''.join(sections)}
+</body></html>
+"""
+
+
+def write_comparison(paths: Sequence, out, *, seed: int = 0, resamples: int = RESAMPLES) -> dict:
+    """Compare, and write ``out/comparison.json``, ``comparison.csv`` and ``comparison.html``."""
+    comparison = compare_runs(paths, seed=seed, resamples=resamples)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "comparison.json").write_text(json.dumps(comparison, indent=1) + "\n")
+    (out / "comparison.csv").write_text(to_csv(comparison))
+    (out / "comparison.html").write_text(render(comparison))
+    return comparison
+
+
+__all__ = ["Run", "load_run", "mcnemar_exact", "paired_bootstrap", "compare_pair", "compare_runs", "to_csv",
+           "print_tables", "render", "write_comparison", "RESAMPLES"]
