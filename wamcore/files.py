@@ -49,7 +49,7 @@ def open_dir(path: Union[str, Path], *, follow: bool = True) -> Iterator[int]:
     refused (:class:`NotRegularFile`) instead of followed."""
     try:
         fd = os.open(path, os.O_RDONLY | _DIRECTORY | _CLOEXEC | (0 if follow else _NOFOLLOW))
-    except OSError as exc:
+    except OSError:
         st = _lstat(path, None)
         if st is not None and not stat.S_ISDIR(st.st_mode):
             raise NotRegularFile(path, kind(st.st_mode), "a directory") from None

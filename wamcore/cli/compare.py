@@ -26,14 +26,7 @@ def compare(runs, out, seed, resamples, as_json):
     paired bootstrap 95% interval and the exact McNemar test. Runs that share no episode are
     refused. Needs pip install "wamcore[report]" (rich, matplotlib).
     """
-    from ..errors import DependencyNotInstalled
     from ..report.compare import print_tables, write_comparison
-    from ..report.html import REPORT_INSTALL
-
-    try:
-        import rich  # noqa: F401
-    except ImportError as exc:
-        raise DependencyNotInstalled("rich", REPORT_INSTALL, "the comparison table") from exc
     out = Path(out) if out else Path("runs") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"
     comparison = write_comparison(runs, out, seed=seed, resamples=resamples)
     if as_json:
