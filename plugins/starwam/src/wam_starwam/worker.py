@@ -176,15 +176,12 @@ class BatchedModel:
     max_batch = 1
     composer = None
 
-    def _use_composer(self, model: Any, settings: Settings, *, steps: int, num_video_frames: int,
-                      action_steps: Optional[int] = None) -> None:
-        from .batched import composer_for
-
-        self.composer, why = composer_for(model, horizon=HORIZON, steps=steps, num_video_frames=num_video_frames,
-                                          action_steps=action_steps)
-        if self.composer is not None and settings.cuda_graphs:
-            self.composer.use_cuda_graphs()
-        self.max_batch = MAX_BATCH if self.composer is not None else 1
+    def batch_with(self, composer, why: str, cuda_graphs: bool) -> None:
+        """Serve batches through ``composer`` (``batched.composer_for``), or one at a time (``why``)."""
+        self.composer = composer
+        if composer is not None and cuda_graphs:
+            composer.use_cuda_graphs()
+        self.max_batch = MAX_BATCH if composer is not None else 1
         self.details["batching"] = {"max_batch": self.max_batch, "why_not": why or None,
                                     **(self.composer.identity() if self.composer is not None else {})}
 
@@ -193,6 +190,12 @@ class BatchedModel:
 
     def _restored(self, pred) -> np.ndarray:
         raise NotImplementedError
+
+    def _batch_of_one(self, native: dict, request: PredictRequest) -> np.ndarray:
+        (out,) = self.predict_native_batch([native], [request])
+        if isinstance(out, Exception):
+            raise out
+        return out
 
     def predict_native_batch(self, natives: list, requests: list) -> list:
         import torch
@@ -223,8 +226,6 @@ class LiberoModel(BatchedModel):
         self.torch_device, self.dtype = device, dtype
         self.num_video_frames = len(range(0, int(cfg.data.num_frames), max(1, int(cfg.data.action_freq_ratio))))
         self.details: dict = {}
-        self._use_composer(model, settings, steps=settings.num_inference_steps, num_video_frames=self.num_video_frames,
-                           action_steps=settings.action_inference_steps)
 
     def _conditioned(self, native: dict, request: PredictRequest):
         """``(image [1,3,H,W], context [1,L,D], mask [1,L], proprio [1,8], seed)`` on the model's device."""
@@ -245,7 +246,7 @@ class LiberoModel(BatchedModel):
         import torch
 
         if self.settings.cuda_graphs:
-            return self.predict_native_batch([native], [request])[0]
+            return self._batch_of_one(native, request)
         image, context, mask, proprio, seed = self._conditioned(native, request)
         kwargs = {"proprio": proprio, "num_video_frames": self.num_video_frames}
         if self.settings.action_inference_steps:
@@ -266,6 +267,8 @@ def _model_dtype(cfg, device):
 
 def _load_libero(recipe: Path, overrides: list, files, settings: Settings, stats: Stats, device) -> LiberoModel:
     from starwam import build_framework
+
+    from .batched import composer_for
     from starwam.config import load_config
     from starwam.utils.config_cli import apply_overrides
 
@@ -278,6 +281,9 @@ def _load_libero(recipe: Path, overrides: list, files, settings: Settings, stats
     text_dim = int(model.backbone.info.text_dim)
     native = LiberoModel(model, cfg, settings, stats, TextConditioning(settings, files.backbone, text_dim, device, dtype),
                          device, dtype)
+    native.batch_with(*composer_for(model, horizon=HORIZON, steps=settings.num_inference_steps,
+                                    num_video_frames=native.num_video_frames,
+                                    action_steps=settings.action_inference_steps), cuda_graphs=settings.cuda_graphs)
     native.details.update({"entry": "MoTWAM/SharedDiTWAM/FeatureConditioned infer_action (rollout.py)",
                            "checkpoint_tensors": loaded, "dtype": str(dtype).replace("torch.", "")})
     return native
@@ -291,14 +297,11 @@ class RoboTwinModel(BatchedModel):
     def __init__(self, policy: Any, settings: Settings, text: TextConditioning):
         self.policy, self.settings, self.text = policy, settings, text
         self.details: dict = {}
-        self._use_composer(policy.model, settings, steps=policy.num_inference_steps,
-                           num_video_frames=policy._sampled_video_frame_count())
 
-    def _context(self, task: str):
+    def _fill_text(self, task: str) -> None:
         if task not in self.policy._text_cache:  # StarwamPolicy looks here before its own (unsafe) reader
             context, mask = self.text(task)
             self.policy._text_cache[task] = (context.unsqueeze(0), mask.unsqueeze(0))
-        return self.policy._encode_context(task)
 
     def _conditioned(self, native: dict, request: PredictRequest):
         """``predict_chunk``'s inputs to ``infer_action``, as it builds them."""
@@ -307,7 +310,8 @@ class RoboTwinModel(BatchedModel):
 
         policy = self.policy
         image = compose_image(native["head"], native["left"], native["right"], policy.device, policy.dtype)
-        context, mask = self._context(native["instruction"])
+        self._fill_text(native["instruction"])
+        context, mask = policy._encode_context(native["instruction"])
         proprio, dim = None, getattr(policy.config.framework, "proprio_dim", None)
         if dim:
             proprio = torch.as_tensor(np.asarray(native["state"], dtype=np.float32)[:int(dim)]).view(1, int(dim))
@@ -326,9 +330,9 @@ class RoboTwinModel(BatchedModel):
 
     def predict_native(self, native: dict, request: PredictRequest) -> np.ndarray:
         if self.settings.cuda_graphs:
-            return self.predict_native_batch([native], [request])[0]
+            return self._batch_of_one(native, request)
         task = native["instruction"]
-        self._context(task)
+        self._fill_text(task)
         self.policy.seed = self.settings.seed_for(request.seed)
         image = compose_image(native["head"], native["left"], native["right"], self.policy.device, self.policy.dtype)
         return as_chunk(self.policy.predict_chunk(image, native["state"], task), ROBOTWIN_DIM)
@@ -340,6 +344,7 @@ class RoboTwinModel(BatchedModel):
 def _load_robotwin(recipe: Path, overrides: list, files, settings: Settings, device) -> RoboTwinModel:
     from starwam.eval.policy import StarwamPolicy
 
+    from .batched import composer_for
     from starwam.config import load_config
     from starwam.utils.config_cli import apply_overrides
 
@@ -359,6 +364,8 @@ def _load_robotwin(recipe: Path, overrides: list, files, settings: Settings, dev
     checkpoint.check_coverage(sorted(expected - set(checkpoint.load_state(files.checkpoint))), files.checkpoint)
     text_dim = int(policy.model.backbone.info.text_dim)
     native = RoboTwinModel(policy, settings, TextConditioning(settings, files.backbone, text_dim, policy.device, policy.dtype))
+    native.batch_with(*composer_for(policy.model, horizon=HORIZON, steps=policy.num_inference_steps,
+                                    num_video_frames=policy._sampled_video_frame_count()), cuda_graphs=settings.cuda_graphs)
     native.details.update({"entry": "starwam.eval.policy.StarwamPolicy.predict_chunk",
                            "dtype": str(policy.dtype).replace("torch.", "")})
     return native
