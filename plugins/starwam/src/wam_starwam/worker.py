@@ -179,7 +179,9 @@ class BatchedModel:
     def batch_with(self, composer, why: str, cuda_graphs: bool) -> None:
         """Serve batches through ``composer`` (``batched.composer_for``), or one at a time (``why``)."""
         self.composer = composer
-        if composer is not None and cuda_graphs:
+        if cuda_graphs:
+            if composer is None:
+                raise ConfigurationError(f"--cuda-graphs captures the batched path, which this model has not: {why}")
             composer.use_cuda_graphs()
         self.max_batch = MAX_BATCH if composer is not None else 1
         self.details["batching"] = {"max_batch": self.max_batch, "why_not": why or None,
