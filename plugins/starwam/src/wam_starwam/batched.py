@@ -57,6 +57,7 @@ class Composer:
         self.num_video_frames = int(num_video_frames)
         self.action_dim = int(model.config.action_dim)
         self.graphed = None  # a wam_starwam.graphs.GraphedCore of core, with --cuda-graphs
+        self._schedules: dict = {}
 
     def use_cuda_graphs(self) -> None:
         from .graphs import GraphedCore
@@ -66,8 +67,12 @@ class Composer:
         self.graphed = GraphedCore(self.core)
 
     def schedule(self, scheduler_config, steps: int, device, dtype) -> Tuple[Tensor, Tensor]:
-        """``build_inference_schedule`` (it syncs with the host: computed eagerly, outside any graph)."""
-        return build_inference_schedule(scheduler_config, steps, device, dtype)
+        """``build_inference_schedule``, computed once: it syncs with the host, which a graph
+        capture must not (the warm-up runs before a capture fill this)."""
+        key = (id(scheduler_config), steps, str(device), dtype)
+        if key not in self._schedules:
+            self._schedules[key] = build_inference_schedule(scheduler_config, steps, device, dtype)
+        return self._schedules[key]
 
     def __call__(self, images: Tensor, context: Tensor, mask: Tensor, proprio: Optional[Tensor],
                  seeds: Sequence[Optional[int]]) -> Tensor:
@@ -99,7 +104,7 @@ class FirstFrameMoT(Composer):
     def core(self, latents: Tensor, context: Tensor, mask: Tensor, proprio: Optional[Tensor], noise: Tensor) -> Tensor:
         model = self.model
         batch, device = latents.shape[0], latents.device
-        timesteps, deltas = self._schedule(device, noise.dtype)
+        timesteps, deltas = self.schedule(model.config.action_scheduler, self.steps, device, noise.dtype)
         context, mask = model._append_proprio_to_context(context, mask, proprio)
         video_state = model.backbone.get_dit().pre_dit(latents, torch.zeros(batch, device=device, dtype=torch.long),
                                                        context, mask)
@@ -110,12 +115,6 @@ class FirstFrameMoT(Composer):
             out = model.mot.forward_action_with_video_cache(state, cache)
             actions = FlowMatchScheduler.step(model.action_expert.post_dit(out), deltas[i], actions)
         return actions
-
-    def _schedule(self, device, dtype):
-        key = (str(device), dtype)
-        if getattr(self, "_cached", (None,))[0] != key:
-            self._cached = (key, self.schedule(self.model.config.action_scheduler, self.steps, device, dtype))
-        return self._cached[1]
 
 
 class SharedDiT(Composer):
