@@ -11,6 +11,13 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples on every run (CI and here): a failure reproduces
+# from the test name alone. HYPOTHESIS_PROFILE=explore draws new ones, to search wider.
+settings.register_profile("wamcore", derandomize=True, database=None)
+settings.register_profile("explore", max_examples=1000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "wamcore"))
 
 
 def _fail_skip(report) -> None:

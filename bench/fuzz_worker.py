@@ -1,12 +1,15 @@
 """Fuzz a real ``wam serve`` worker, and kill its parent over and over (issue 13).
 
 Fuzz: malformed requests of every kind, over ZeroMQ, over the same-host Unix channel, and
-through shared memory (sealed memory files, and descriptors that are not), against a worker
+through shared memory (sealed memory files, and descriptors that are not), headers built to
+decode to many times their size (amplification), and sealed memory files of every size up
+to terabytes (address space), against a worker
 with a token that serves ``sentinel-wam`` (``tests/wamtest_fuzz.py``: a model that checks
 on its own everything that reaches it and counts its calls). Every few cases a valid client
 checks that the worker still answers correctly. The run reports crashes (worker exits),
 hangs (no answer and no close within the time limit), what reached the model (calls, and
-inputs the model itself found malformed), and the worker's RSS::
+inputs the model itself found malformed), the worker's RSS and its peak, and its address
+space (VmSize) and its peak::
 
     python bench/fuzz_worker.py --cases 10000 --seed 0 [--json]
 
@@ -60,6 +63,8 @@ TOKEN = "fuzz-token"
 BIG = PlatformSpec(name="toy-big", observation=toy.BIG_OBSERVATION, control=toy.TOY_CONTROL, make_env=toy.ToyEnv)
 REPLY_TIMEOUT_S = 5.0
 MESSAGE_TIMEOUT_S = 1.0
+MAX_MESSAGE_MB = 16
+MAX_SHARED_MB = 64
 
 
 def worker_env(**extra: str) -> dict:
@@ -72,17 +77,25 @@ class Worker(ServedWorker):
 
     def __init__(self, tmp: Path):
         super().__init__(["--am-backend", "sentinel-wam", "--platform", "toy-big", "--message-timeout",
-                          str(MESSAGE_TIMEOUT_S), "--max-message-mb", "16"], tmp, env=worker_env(WAMCORE_TOKEN=TOKEN))
+                          str(MESSAGE_TIMEOUT_S), "--max-message-mb", str(MAX_MESSAGE_MB),
+                          "--max-shared-mb", str(MAX_SHARED_MB)], tmp, env=worker_env(WAMCORE_TOKEN=TOKEN))
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def rss_kib(self) -> Dict[str, int]:
+        """Resident and peak resident memory, address space and its peak (KiB), and the
+        memory files (shared-memory segments) it maps."""
         out = {}
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
             key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
+            if key in ("VmRSS", "VmHWM", "VmSize", "VmPeak"):
                 out[key] = int(value.split()[0])
+        out["memfd"] = 0
+        for line in Path(f"/proc/{self.proc.pid}/maps").read_text().splitlines():
+            if "/memfd:" in line:
+                start, end = (int(x, 16) for x in line.split()[0].split("-"))
+                out["memfd"] += (end - start) >> 10
         return out
 
 
@@ -116,6 +129,36 @@ def junk(rng: random.Random, depth: int = 0) -> Any:
 def deep(depth: int) -> bytes:
     """Raw msgpack of a list nested ``depth`` deep (deeper than a packer would pack)."""
     return b"\x91" * depth + b"\x90"
+
+
+def empty_maps(n: int) -> bytes:
+    """Raw msgpack of a list of ``n`` empty maps: 1 byte each, a 64-byte dict each decoded."""
+    return b"\xdd" + n.to_bytes(4, "big") + b"\x80" * n
+
+
+def nested_maps(lists: int, per_list: int) -> bytes:
+    """A list of ``lists`` lists of ``per_list`` empty maps: no list is long, all are many."""
+    return b"\xdc" + lists.to_bytes(2, "big") + (b"\xdd" + per_list.to_bytes(4, "big") + b"\x80" * per_list) * lists
+
+
+def raw_envelope(msg: dict, **raw: bytes) -> bytes:
+    """``msg`` packed by hand, with the fields in ``raw`` put in as raw msgpack."""
+    fields = {k: v for k, v in msg.items() if k not in raw}
+    body = b"".join(msgpack.packb(k) + msgpack.packb(v) for k, v in fields.items())
+    body += b"".join(msgpack.packb(k) + v for k, v in raw.items())
+    return bytes([0xDE]) + (len(fields) + len(raw)).to_bytes(2, "big") + body
+
+
+def sealed_segment(size: int) -> tuple:
+    """(descriptor, id) of a sealed memory file of ``size`` bytes (sparse: costs no memory)."""
+    import fcntl
+
+    fd = os.memfd_create("fuzz", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    sid = os.urandom(16)
+    os.pwrite(fd, sid, 0)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+    return fd, sid
 
 
 # ----------------------------------------------------------------------------- cases
@@ -355,6 +398,46 @@ class Fuzzer:
             msg = {**self.base_request("health"), "args": {"x": ref}}  # descriptors with a call without a session
         return wire.encode(msg), fds
 
+    def amplify_case(self) -> list:
+        """Headers that decode to many times their size (a 1-byte empty map becomes a 64-byte
+        dict; a 3-byte integer a 32-byte int), before and after the token."""
+        choice = self.rng.randrange(5)
+        n = self.rng.choice([1 << 16, 1 << 20, (MAX_MESSAGE_MB - 1) << 20])
+        msg = self.base_request("health")
+        if choice == 0:  # the whole header
+            return [empty_maps(n)]
+        if choice == 1:  # args, with a wrong token
+            return [raw_envelope({**msg, "token": "wrong"}, args=empty_maps(n))]
+        if choice == 2:  # args under the header limit, with the token: many short lists
+            return [raw_envelope(msg, args=nested_maps(self.rng.choice([16, 200, 255]), 4000))]
+        if choice == 3:  # an envelope field
+            field = self.rng.choice(["id", "method", "session", "token", "type", "v"])
+            return [raw_envelope(msg, **{field: nested_maps(self.rng.choice([1, 16, 200]), 4000)})]
+        ints = b"\xdc" + (4000).to_bytes(2, "big") + b"\xcd\x12\x34" * 4000  # 4000 uint16 per list
+        return [raw_envelope(msg, args=b"\x81\xa1x\xdc" + (80).to_bytes(2, "big") + ints * 80)]
+
+    def address_case(self):
+        """(frames, fds): sealed memory files of every size, terabytes (sparse) to just over
+        the request limit to ones that fit, for one session and for many: the worker's
+        address space must stay bounded (``--max-shared-mb``)."""
+        choice = self.rng.randrange(3)
+        if choice == 0:
+            size = self.rng.choice([1 << 40, 32 << 40, 64 << 40])
+        elif choice == 1:
+            size = (MAX_MESSAGE_MB << 20) + self.rng.randrange(1, 1 << 20)
+        else:
+            size = self.rng.choice([MAX_MESSAGE_MB << 20, 4 << 20])
+        if self.rng.random() < 0.3:  # segments are kept per session: spread them over sessions
+            self.send_zmq(wire.encode(self.base_request("bye")))
+            self._hello()
+        fd, sid = sealed_segment(size)
+        msg = self.base_request("predict")
+        nbytes = toy.BIG_SIZE[0] * toy.BIG_SIZE[1] * 3
+        msg["args"]["request"]["observation"]["images"] = {
+            role: msgpack.ExtType(3, msgpack.packb((sid, 64 + i * nbytes, "|u1", [*toy.BIG_SIZE, 3])))
+            for i, role in enumerate(("primary", "wrist"))}
+        return wire.encode(msg), [fd]
+
     # -------------------------------------------------------------- driving
 
     def record(self, kind: str, outcome: Any, expected_close: bool = False) -> None:
@@ -379,7 +462,8 @@ class Fuzzer:
         self.outcomes[label] = self.outcomes.get(label, 0) + 1
 
     def case(self) -> None:
-        kind = self.rng.choices(["envelope", "predict", "wire", "framing", "shm"], weights=[3, 4, 2, 1, 2])[0]
+        kind = self.rng.choices(["envelope", "predict", "wire", "framing", "shm", "amplify", "address"],
+                                weights=[3, 4, 2, 1, 2, 1, 1])[0]
         over_zmq = self.rng.random() < 0.5
         if kind == "framing":
             raw = self.framing_case()
@@ -394,18 +478,18 @@ class Fuzzer:
             self.record("framing", self.send_local(raw=raw), expected_close=True)
             self._drop_local()  # whatever is left of a broken framing must not meet the next case
             return
-        if kind == "shm":
-            frames, fds = self.shm_case()
+        if kind in ("shm", "address"):
+            frames, fds = self.shm_case() if kind == "shm" else self.address_case()
             try:
-                self.record("shm", self.send_local(frames=frames, fds=fds))
+                self.record(kind, self.send_local(frames=frames, fds=fds))
             finally:
                 for fd in fds:
                     os.close(fd)
             return
-        if kind == "wire":
-            frames = self.wire_case()
+        if kind in ("wire", "amplify"):
+            frames = self.wire_case() if kind == "wire" else self.amplify_case()
             outcome = self.send_zmq(frames) if over_zmq else self.send_local(frames=frames)
-            self.record(f"wire/{'zmq' if over_zmq else 'local'}", outcome)
+            self.record(f"{kind}/{'zmq' if over_zmq else 'local'}", outcome)
             return
         msg = self.mutate_envelope() if kind == "envelope" else self.mutate_predict()
         try:
@@ -495,6 +579,8 @@ def run_fuzz(cases: int, seed: int = 0, tmp: Optional[Path] = None, canary_every
             "partial_messages_left_open": len(fuzzer.stale), "of_them_dropped_by_worker": dropped,
             "rss_kib_before": rss_before.get("VmRSS"), "rss_kib_after": rss_after.get("VmRSS"),
             "rss_kib_peak": rss_after.get("VmHWM"),
+            "vm_kib_before": rss_before.get("VmSize"), "vm_kib_after": rss_after.get("VmSize"),
+            "vm_kib_peak": rss_after.get("VmPeak"), "shared_mapped_kib_after": rss_after.get("memfd"),
             "outcomes": dict(sorted(fuzzer.outcomes.items(), key=lambda kv: -kv[1])), "cases_by_kind": fuzzer.by_kind,
             "worker_alive": worker.alive(),
         }

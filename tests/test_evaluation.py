@@ -212,6 +212,95 @@ def test_a_model_error_stops_the_evaluation(tmp_path, no_leaks):
     assert "seed=1" not in records(tmp_path / "o")
 
 
+def builds(markers: Path) -> dict:
+    """``{pid: [task of the 1st env it built, of the 2nd, ...]}`` from the evaltoy markers."""
+    by_pid: dict = {}
+    for m in markers.glob("built-*"):
+        _, pid, n, task = m.name.split("-")
+        by_pid.setdefault(int(pid), {})[int(n)] = int(task.removeprefix("task"))
+    return {pid: [tasks[n] for n in sorted(tasks)] for pid, tasks in by_pid.items()}
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_a_platform_error_outside_a_step_costs_its_episode_and_the_env_is_rebuilt(tmp_path, no_leaks, num_envs):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    result = wam("eval", *EVALTOY, "--episodes", 6, "--num-envs", num_envs, "--reset-error-seed", 2,
+                 "--marker-dir", markers, "--out", tmp_path / "o")
+    assert result.returncode == 0, result.stderr
+    rows = records(tmp_path / "o")
+    assert len(rows) == 6
+    failed = rows["seed=2"]
+    assert failed["stop_reason"] == "runtime_failure" and failed["fault"] == "env"
+    assert "RuntimeError: the simulator failed to reset for seed 2" in failed["error"]
+    assert all(r["success"] for k, r in rows.items() if k != "seed=2")
+    built = builds(markers)
+    # one env per process at the start, and exactly one more: the failed env is dropped and rebuilt
+    assert sum(map(len, built.values())) == len(built) + 1, built
+    assert len(built) == num_envs
+
+
+def test_an_env_process_that_dies_before_it_is_ready_stops_the_evaluation(tmp_path, no_leaks):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    result = wam("eval", *EVALTOY, "--episodes", 4, "--num-envs", 2, "--die-on-build",
+                 "--marker-dir", markers, "--out", tmp_path / "o", timeout=120)
+    assert result.returncode != 0
+    assert "env process" in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert records(tmp_path / "o") == {}
+    assert 1 <= len(list(markers.glob("start-*"))) <= 2  # the two first processes at most: none was replaced
+
+
+def test_a_replacement_that_dies_before_it_is_ready_stops_the_evaluation(tmp_path, no_leaks):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    result = wam("eval", *EVALTOY, "--episodes", 6, "--num-envs", 2, "--crash-seed", 2, "--die-after-crash",
+                 "--marker-dir", markers, "--out", tmp_path / "o", timeout=120)
+    assert result.returncode != 0 and "could not start" in result.stderr, result.stderr
+    assert len(list(markers.glob("start-*"))) == 3  # two processes and one replacement, not one after another
+
+
+def test_env_processes_start_on_tasks_no_other_process_holds(tmp_path, no_leaks):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    result = wam("eval", *EVALTOY, "--tasks", 3, "--episodes", 3, "--num-envs", 2, "--marker-dir", markers,
+                 "--out", tmp_path / "o")
+    assert result.returncode == 0, result.stderr
+    assert len(records(tmp_path / "o")) == 9
+    built = builds(markers)
+    assert len(built) == 2
+    firsts = sorted(tasks[0] for tasks in built.values())
+    assert firsts == [0, 1], built  # plan order would have built task 0 twice while task 1 waited
+    for tasks in built.values():  # consecutive episodes of a task reuse its env
+        assert len(tasks) == len(set(tasks)), built
+
+
+def test_resume_with_another_number_of_envs_runs_only_what_is_left(tmp_path, no_leaks):
+    out = tmp_path / "o"
+    args = [*EVALTOY, "--step-delay", 0.002, "--out", out]
+    first = wam("eval", *args, "--episodes", 4, "--num-envs", 2)
+    assert first.returncode == 0, first.stderr
+    before = records(out)
+    resumed = wam("eval", *args, "--episodes", 9, "--num-envs", 3, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    after = records(out)
+    assert sorted(after) == sorted(f"seed={i}" for i in range(9))
+    assert {k: after[k] for k in before} == before  # the first four are neither rerun nor rewritten
+    assert len((out / "episodes.jsonl").read_text().splitlines()) == 9
+
+
+def test_overwrite_starts_over_and_without_it_results_are_kept(tmp_path):
+    out = tmp_path / "o"
+    args = [*EVALTOY, "--out", out]
+    assert wam("eval", *args, "--episodes", 5).returncode == 0
+    refused = wam("eval", *args, "--episodes", 2)
+    assert refused.returncode == 2 and "--resume" in refused.stderr and "--overwrite" in refused.stderr
+    assert len(records(out)) == 5  # nothing lost
+    again = wam("eval", *args, "--episodes", 2, "--overwrite")
+    assert again.returncode == 0, again.stderr
+    assert sorted(records(out)) == ["seed=0", "seed=1"]
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 def test_no_process_outlives_the_driver(tmp_path, no_leaks, sig):
     markers = tmp_path / "markers"

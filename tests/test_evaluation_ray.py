@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,18 +24,30 @@ RAY = ["--executor", "ray"]
 
 @pytest.fixture
 def tag(monkeypatch):
-    """Tags every process a test starts; afterwards Ray's own agents, which outlive a killed
-    driver by up to a minute or two, are cleared so that tests do not pile them up."""
+    """Tags every process a test starts. Afterwards an env actor, model actor or model worker
+    still running after a generous grace is a failure (it outlived the run that owned it);
+    Ray's own agents, which outlive a killed driver by up to a minute or two, are cleared
+    so that tests do not pile them up."""
     import uuid
 
     value = uuid.uuid4().hex
     monkeypatch.setenv(TAG_ENV, value)
     yield value
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    while (ours := {p: _cmdline(p) for p in wamcore_processes(value)}) and time.monotonic() < deadline:
+        time.sleep(0.2)
     for pid in tagged_pids(value):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    if ours:
+        pytest.fail(f"{len(ours)} process(es) of ours outlived the test by {LEFTOVER_GRACE_S:g} s: "
+                    + "; ".join(f"{pid}: {cmd[:120]}" for pid, cmd in ours.items()))
+
+
+#: how long our actors and workers may take to exit after their run ended (on a loaded 2-core machine)
+LEFTOVER_GRACE_S = 60.0
 
 
 def _cmdline(pid: int) -> str:

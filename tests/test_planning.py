@@ -141,6 +141,19 @@ def test_the_value_scorer_asks_the_model_about_each_candidate_and_takes_the_high
     np.testing.assert_array_equal(plan.actions, plan.candidates[plan.chosen])
 
 
+@pytest.mark.parametrize("scores, chosen", [
+    ([1.0, 3.0, 3.0, 2.0], 1),                          # a tie goes to the lowest index
+    ([float("nan"), 0.5, float("nan"), 0.5], 1),        # a NaN never wins, even first
+    ([-5.0, float("nan"), -7.0], 0),                    # nor against scores below zero
+    ([float("-inf"), float("nan"), float("-inf")], 0),  # nor against -inf
+])
+def test_ties_go_to_the_lowest_index_and_a_nan_never_wins(pit_wam, scores, chosen):
+    obs = PointMassEnv(family="pit").reset(seed=2)
+    plan = BestOfN(pit_wam, len(scores), lambda request, predictions: scores).plan(PredictRequest(observation=obs, seed=2))
+    assert plan.chosen == chosen
+    np.testing.assert_array_equal(plan.actions, plan.candidates[chosen])
+
+
 def test_proposed_candidates_are_validated_before_any_request(pit_wam):
     counted = Counted(pit_wam)
     planner = BestOfN(counted, 8, "value")

@@ -189,12 +189,15 @@ def _request(method="health", **over):
 
 RAW_MESSAGES = {
     "garbage header": ([b"\xc1\xc1 not msgpack"], "ProtocolError", "malformed message header"),
-    "missing buffer frame": (
-        [msgpack.packb({"x": msgpack.ExtType(1, msgpack.packb([3, "|u1", [4]]))})], "ProtocolError", "bad array reference"),
+    "missing buffer frame": (  # array references are read in a request's args, once the envelope passed
+        [msgpack.packb(_request(args={"x": msgpack.ExtType(1, msgpack.packb([3, "|u1", [4]]))}))], "ProtocolError",
+        "bad array reference"),
     "buffer size mismatch": (
-        [msgpack.packb({"x": msgpack.ExtType(1, msgpack.packb([0, "<f4", [4]]))}), b"\0" * 3], "ProtocolError", "needs 16 bytes"),
+        [msgpack.packb(_request(args={"x": msgpack.ExtType(1, msgpack.packb([0, "<f4", [4]]))})), b"\0" * 3],
+        "ProtocolError", "needs 16 bytes"),
     "object dtype": (
-        [msgpack.packb({"x": msgpack.ExtType(1, msgpack.packb([0, "|O", [1]]))}), b"\0" * 8], "ProtocolError", "cannot go on the wire"),
+        [msgpack.packb(_request(args={"x": msgpack.ExtType(1, msgpack.packb([0, "|O", [1]]))})), b"\0" * 8],
+        "ProtocolError", "cannot go on the wire"),
     "not a map": ([msgpack.packb([1, 2, 3])], "ProtocolError", "expected an rpc_request message"),
     "other protocol version": ([msgpack.packb(_request(v=99))], "ProtocolError", "version 99"),
     "unknown method": ([msgpack.packb(_request("eval_python"))], "ProtocolError", "unknown method 'eval_python'"),
@@ -277,17 +280,81 @@ def test_two_clients_interleave_predict_and_reset_in_separate_sessions(worker):
         assert c.health()["sessions"] == sessions - 1  # a and b said bye; c is new
 
 
+def predict_info(m) -> dict:
+    return m.predict(PredictRequest(good_obs())).info
+
+
+def test_a_session_that_says_bye_frees_its_model_state(tmp_path):
+    with served(tmp_path) as w:
+        with client(w.endpoint) as a:
+            assert predict_info(a)["held"] == 1
+        with client(w.endpoint) as b:  # a said bye: the model holds b's state alone
+            info = predict_info(b)
+            assert (info["held"], info["resets"]) == (1, 1)
+
+
+def test_an_idle_session_that_expires_frees_its_model_state(tmp_path):
+    with served(tmp_path, "--session-ttl", "1") as w:
+        a = client(w.endpoint)
+        assert predict_info(a)["held"] == 1
+        wait_for_log(w, "idle for more than 1 s")
+        with client(w.endpoint) as b:
+            info = predict_info(b)
+            assert (info["held"], info["resets"]) == (1, 1)
+        a.close()
+
+
+def test_a_session_evicted_at_the_cap_is_reset_and_busy_when_every_session_has_called(tmp_path):
+    from wamcore.rpc import WorkerBusy
+
+    with served(tmp_path, "--max-sessions", "2") as w:
+        with client(w.endpoint) as a, client(w.endpoint) as idle:
+            assert predict_info(a)["resets"] == 0
+            with client(w.endpoint) as b:  # at the cap: the session that never called makes room
+                assert (predict_info(b)["held"], predict_info(b)["resets"]) == (2, 1)
+                with pytest.raises(WorkerBusy, match="2 open sessions, its limit"):
+                    RemoteModel(w.endpoint, connect_timeout_s=10)  # a and b have both called
+                assert predict_info(a)["count"] == 2  # nobody's state was touched by the refusal
+            assert "never made a call" in w.output()
+            del idle
+
+
+def test_a_spawned_workers_token_travels_in_its_environment_not_its_command_line(tmp_path):
+    from wamcore.registry import Registry
+    from wamcore.runtime import spawn_worker
+
+    token = "tok-" + "9" * 24
+    config = WorkerConfig.from_options(platform="toy", am_backend="scripted-wam", am_python=sys.executable,
+                                       log_dir=str(tmp_path))
+    import attrs
+
+    worker = spawn_worker(attrs.evolve(config, token=token), registry=Registry(plugins=[toy], entry_points=False),
+                          env=worker_env())
+    try:
+        pid = worker.pid
+        assert token not in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        assert f"WAMCORE_TOKEN={token}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        with pytest.raises(AccessDenied):
+            RemoteModel(worker.endpoint, connect_timeout_s=10)  # and the worker requires it
+    finally:
+        worker.stop()
+
+
+def wait_for_log(w, text: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in w.output():
+        assert time.monotonic() < deadline, f"{text!r} never appeared in the worker log"
+        time.sleep(0.05)
+
+
 def test_idle_session_expires_and_client_reopens_one(tmp_path):
-    with served(tmp_path, "--session-ttl", "0.3") as w, client(w.endpoint) as m:
+    # a TTL far above the gap between two calls on a loaded machine, and a wait on the sweep itself
+    with served(tmp_path, "--session-ttl", "3") as w, client(w.endpoint) as m:
         assert m.predict(PredictRequest(good_obs())).info["count"] == 1
         assert m.predict(PredictRequest(good_obs())).info["count"] == 2
-        deadline = time.monotonic() + 10
-        while m.health()["sessions"] and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert m.health()["sessions"] == 0
+        wait_for_log(w, "idle for more than 3 s")
         assert m.predict(PredictRequest(good_obs())).info["count"] == 1  # new session, fresh state
         assert m.reconnects == 1
-    assert "idle for more than 0.3 s" in w.output()
 
 
 # ----------------------------------------------------------------------------- time limits, connection loss
@@ -321,8 +388,11 @@ def test_connect_to_nothing_times_out(tmp_path):
 
 
 def test_worker_dying_mid_call_fails_fast(tmp_path):
-    with served(tmp_path) as w, client(w.endpoint) as m:
-        killer = subprocess.Popen([sys.executable, "-c", f"import os,time; time.sleep(0.5); os.kill({w.pid}, 9)"])
+    with served(tmp_path, env=worker_env(**{toy.BUSY_DIR_ENV: str(tmp_path)})) as w, client(w.endpoint) as m:
+        # killed once its model has started the 10 s prediction (it leaves a marker as it starts)
+        killer = subprocess.Popen([sys.executable, "-c", "import glob, os, sys, time\n"
+                                   "while not glob.glob(os.path.join(sys.argv[1], 'predicting-*')): time.sleep(0.01)\n"
+                                   f"os.kill({w.pid}, 9)", str(tmp_path)])
         with pytest.raises(WorkerError, match="lost the connection"):  # at once, not a WorkerTimeout at the budget
             m.predict(PredictRequest(good_obs(), options={"delay": 10.0}))
         killer.wait()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
-from wamcore.contracts import AdapterContract, ControlSpec, Observation, Prediction, Capabilities
+from wamcore.contracts import AdapterContract, ControlSpec, Observation, PredictRequest, Prediction, Capabilities
 from wamcore.errors import ActionError, ObservationError, PredictionError
-from wamcore.validation import validate_actions, validate_observation, validate_prediction
+from wamcore.specs import Option
+from wamcore.validation import validate_actions, validate_candidates, validate_observation, validate_prediction, validate_request
 
 CONTRACT = AdapterContract(
     platform="toy", action_space="toy.delta.v1", action_dim=3,
@@ -130,3 +133,108 @@ def test_malformed_prediction_extras():
     with pytest.raises(PredictionError) as info:
         validate_prediction(pred, Capabilities(future_observations=True, values=True), CONTRACT)
     assert {p.split(":")[0] for p in info.value.problems} == {"future 'primary'", "values must be a finite float vector, got array float32 (1,)"}
+
+
+# ----------------------------------------------------------------------------- chunk bounds, requests
+
+
+BOUNDED = ControlSpec(action_space="toy.delta.v1", action_names=("x", "y", "g"), chunk_min=2, chunk_max=8,
+                      low=(-1, -1, -1), high=(1, 1, 1))
+
+
+@pytest.mark.parametrize("length", [2, 8])
+def test_a_chunk_exactly_at_the_controls_minimum_or_maximum_length_is_accepted(length):
+    assert validate_actions(np.zeros((length, 3)), BOUNDED).shape == (length, 3)
+
+
+@pytest.mark.parametrize("length", [1, 9])
+def test_a_chunk_one_past_the_controls_bounds_is_refused(length):
+    with pytest.raises(ActionError, match=r"chunk length %d outside the platform's bounds \[2, 8\]" % length):
+        validate_actions(np.zeros((length, 3)), BOUNDED)
+
+
+OPTIONS = {
+    "steps": Option("steps", type="int", default=8, deployment=False),
+    "scale": Option("scale", type="float", default=1.0, deployment=False),
+    "greedy": Option("greedy", type="bool", default=False, deployment=False),
+    "mode": Option("mode", type="choice", choices=("fast", "exact"), default="fast", deployment=False),
+    "tag": Option("tag", type="str", default="", deployment=False),
+}
+
+
+def request(seed=None, step=0, **options) -> PredictRequest:
+    return PredictRequest(good_obs(step=step), seed=seed, options=options)
+
+
+@pytest.mark.parametrize("req", [
+    request(), request(seed=0), request(seed=2**63 - 1), request(seed=np.int64(7), step=2**63 - 1),
+    request(steps=2**62, scale=-1e300, greedy=True, mode="exact", tag="x" * 100), request(steps=None),
+])
+def test_a_well_formed_request_passes(req):
+    validate_request(req, CONTRACT, OPTIONS)
+
+
+@pytest.mark.parametrize("req, problem", [
+    (request(seed=-1), "seed must be a non-negative integer below 2**63, got -1"),
+    (request(seed=2**63), "seed must be a non-negative integer below 2**63"),
+    (request(seed=1.0), "seed must be a non-negative integer"),
+    (request(seed=True), "seed must be a non-negative integer"),
+    (request(seed="3"), "seed must be a non-negative integer"),
+    (request(step=-1), "step must be a non-negative integer, got -1"),
+    (request(step=2**63), "step must be a non-negative integer"),
+    (request(step=0.5), "step must be a non-negative integer"),
+    (request(steps=1.0), "option 'steps' must be an integer, got 1.0"),
+    (request(steps=True), "option 'steps' must be an integer"),
+    (request(steps=2**63), "option 'steps' must be an integer"),
+    (request(scale=float("nan")), "option 'scale' must be a finite number"),
+    (request(scale=float("inf")), "option 'scale' must be a finite number"),
+    (request(scale="1"), "option 'scale' must be a finite number"),
+    (request(greedy=1), "option 'greedy' must be true or false, got 1"),
+    (request(mode="slow"), "option 'mode' must be one of fast, exact, got 'slow'"),
+    (request(tag=3), "option 'tag' must be text of at most"),
+    (request(tag="x" * 100_000), "option 'tag' must be text of at most"),
+    (request(temperature=0.1), "option 'temperature' is not a per-request option of this model (it has: greedy, mode"),
+])
+def test_each_request_rejection(req, problem):
+    with pytest.raises(ObservationError) as info:
+        validate_request(req, CONTRACT, OPTIONS)
+    assert any(problem in p for p in info.value.problems), info.value.problems
+
+
+@pytest.mark.parametrize("value, ok", [(3.4e38, True), (-3.4e38, True), (3.5e38, False), (-1e39, False)])
+def test_state_beyond_the_float32_range_is_refused_before_a_model_turns_it_into_inf(value, ok):
+    obs = good_obs(state={"pos": np.array([0.0, value, 0.0])})
+    if ok:
+        validate_observation(obs, CONTRACT)
+    else:
+        with pytest.raises(ObservationError, match=r"beyond the float32 range .* at \[1\]"):
+            validate_observation(obs, CONTRACT)
+
+
+def test_choices_on_a_typed_option_are_enforced():
+    levels = {"level": Option("level", type="int", choices=(1, 2, 4), default=1, deployment=False)}
+    validate_request(request(level=2), CONTRACT, levels)
+    with pytest.raises(ObservationError, match="option 'level' must be one of 1, 2, 4, got 3"):
+        validate_request(request(level=3), CONTRACT, levels)
+
+
+def test_a_long_list_of_bad_values_is_cut_to_the_first_five():
+    actions = np.zeros((8, 3), np.float32)
+    actions[:, 0] = np.nan
+    actions[:, 1] = 2.0
+    with pytest.raises(ActionError) as info:
+        validate_actions(actions, CONTROL)
+    nan, high = info.value.problems
+    assert nan.endswith("[[0, 0], [1, 0], [2, 0], [3, 0], [4, 0]]")
+    assert high.startswith("8 value(s) beyond the high bound") and high.count("=2") == 5
+
+
+def test_candidates_are_checked_against_the_control_like_actions():
+    good = np.tile(np.array([0.5, -1.0, 1.0]), (4, 1))
+    assert validate_candidates(good, CONTROL, CONTRACT).dtype == np.float32
+    nan = good.copy()
+    nan[1, 2] = np.nan
+    for bad, problem in ((good * 3, "beyond the high bound"), (-good * 3, "beyond the low bound"),
+                         (good[:2], "shape (4, 3)"), (good.tolist(), "shape (4, 3)"), (nan, "NaN")):
+        with pytest.raises(ActionError, match=re.escape(problem)):
+            validate_candidates(bad, CONTROL, CONTRACT)

@@ -31,8 +31,13 @@ def test_thousands_of_malformed_requests_neither_crash_nor_hang_nor_reach_the_mo
     assert report["canaries_wrong"] == 0 and report["worker_alive"]
     assert report["of_them_dropped_by_worker"] == report["partial_messages_left_open"] > 0
     assert report["rss_kib_after"] - report["rss_kib_before"] < 128 * 1024
+    # decoding is bounded (a 15 MiB header of empty maps took ~1 GiB) and so is shared memory
+    # (sealed sparse files of 64 TiB took the address space)
+    assert report["rss_kib_peak"] - report["rss_kib_before"] < 256 * 1024
+    assert report["vm_kib_peak"] - report["vm_kib_before"] < 4 << 20
+    assert report["shared_mapped_kib_after"] <= fuzz_worker.MAX_SHARED_MB * 1024
     kinds = {k.split("/")[0] for k in report["cases_by_kind"]}
-    assert kinds == {"envelope", "predict", "wire", "framing", "shm"}
+    assert kinds == {"envelope", "predict", "wire", "framing", "shm", "amplify", "address"}
     assert {k.split("/")[1] for k in report["cases_by_kind"] if "/" in k} == {"zmq", "local"}
 
 

@@ -27,6 +27,7 @@ from wamcore import (
     AdapterContract,
     Capabilities,
     ControlSpec,
+    Episode,
     ModelSpec,
     Observation,
     ObservationSpec,
@@ -36,6 +37,7 @@ from wamcore import (
     StepResult,
     hookimpl,
 )
+from wamcore.specs import default_episodes
 
 TARGET = 0.5
 CHUNK = 4
@@ -59,16 +61,29 @@ class EvalToyEnv:
     observation_spec = OBSERVATION
     control = CONTROL
 
-    def __init__(self, step_delay=0.0, crash_seed=None, hang_seed=None, nan_seed=None, marker_dir=None, max_steps=40):
+    def __init__(self, step_delay=0.0, crash_seed=None, hang_seed=None, nan_seed=None, marker_dir=None, max_steps=40,
+                 reset_error_seed=None, die_on_build=False, die_after_crash=False, tasks=1, task=0):
+        if marker_dir:
+            Path(marker_dir, f"start-{os.getpid()}").write_text("")
+        if die_on_build or (die_after_crash and marker_dir and any(Path(marker_dir).glob("crashed-*"))):
+            os._exit(3)  # as a simulator that cannot start would
         self.step_delay = float(step_delay or 0.0)
         self.crash_seed, self.hang_seed, self.nan_seed = crash_seed, hang_seed, nan_seed
+        self.reset_error_seed = reset_error_seed
         self.marker_dir = marker_dir
         self.max_steps = int(max_steps)
         self.position, self.steps, self.seed = 0.0, 0, None
+        if marker_dir:
+            built = len(list(Path(marker_dir).glob(f"built-{os.getpid()}-*")))
+            Path(marker_dir, f"built-{os.getpid()}-{built}-task{task}").write_text("")
 
     def reset(self, *, seed=None):
         if seed is not None and seed == self.crash_seed:
+            if self.marker_dir:
+                Path(self.marker_dir, f"crashed-{os.getpid()}").write_text("")
             os.kill(os.getpid(), signal.SIGSEGV)  # as a simulator's segfault would
+        if seed is not None and seed == self.reset_error_seed:
+            raise RuntimeError(f"the simulator failed to reset for seed {seed}")
         if seed is not None and seed == self.hang_seed and _first_time(self.marker_dir, "env-hang"):
             time.sleep(3600)
         self.seed = seed
@@ -110,16 +125,32 @@ class Controller:
         return np.full((CHUNK, 1), step, dtype=np.float32)
 
 
+def plan_episodes(options, count, seed):
+    """``count`` episodes per task over ``--tasks`` tasks (task-major, as LIBERO plans them)."""
+    if int(options.get("tasks") or 1) <= 1:
+        return default_episodes(options, count, seed)
+    base = {k: v for k, v in options.items() if k != "task"}
+    return [Episode(key=f"task{t}/seed={seed + i}", env_options={**base, "task": t}, reset={"seed": seed + i},
+                    labels={"task": t, "seed": seed + i})
+            for t in range(int(options.get("tasks") or 1)) for i in range(count)]
+
+
 @hookimpl
 def wam_register_platforms(register):
     register(PlatformSpec(
         name="evaltoy", observation=OBSERVATION, control=CONTROL, make_env=EvalToyEnv, env_memory_mb=100.0,
+        episodes=plan_episodes,
         options=(
             Option("step-delay", type="float", default=0.0, help="Seconds each step takes."),
             Option("crash-seed", type="int", default=None, help="SIGSEGV the env process at this seed's reset."),
             Option("hang-seed", type="int", default=None, help="Hang at this seed's reset."),
             Option("nan-seed", type="int", default=None, help="Report a NaN state for this seed."),
-            Option("marker-dir", type="path", default=None, help="Where hanging envs leave a marker."),
+            Option("marker-dir", type="path", default=None, help="Where envs leave markers (built, hanging)."),
+            Option("reset-error-seed", type="int", default=None, help="Raise at this seed's reset."),
+            Option("die-on-build", type="bool", default=False, help="Exit while the env is built."),
+            Option("die-after-crash", type="bool", default=False,
+                   help="Exit while the env is built once an env crashed (--crash-seed)."),
+            Option("tasks", type="int", default=1, help="Tasks to plan episodes over."),
         ),
     ))
 

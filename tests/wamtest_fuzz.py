@@ -4,7 +4,8 @@
 Loaded like ``wamtest_scripted`` (``WAMCORE_PLUGIN_MODULES=wamtest_scripted,wamtest_fuzz``).
 Model ``sentinel-wam`` re-checks, on its own and strictly, everything that reaches it
 (cameras, dtypes, shapes, finite and float32-representable state, instruction, seed, step,
-options) and counts its calls and every violation: a fuzz run proves that no malformed
+options; ``sentinel-cf-wam`` also takes candidate actions, and checks them against toy's
+control) and counts its calls and every violation: a fuzz run proves that no malformed
 input reached a model by reading ``violations`` and comparing ``calls`` with the
 predictions that were answered. A per-request ``delay`` keeps it busy (lifecycle tests).
 """
@@ -26,7 +27,8 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 class SentinelModel:
     timeout_s = 20.0
 
-    def __init__(self):
+    def __init__(self, candidates: bool = False):
+        self.candidates = candidates  # declares action_conditioned_futures (sentinel-cf-wam)
         self.calls = 0
         self.violations: list = []
         self.files: list = []
@@ -58,8 +60,13 @@ class SentinelModel:
         if set(options) - {"delay", "open_files"} or not isinstance(options.get("delay", 0.0), (int, float)) \
                 or isinstance(options.get("delay"), bool) or not np.isfinite(options.get("delay", 0.0)):
             problems.append(f"options {options!r:.80}")
-        if native["candidate"] is not None:
+        candidate = native["candidate"]
+        if candidate is not None and not self.candidates:
             problems.append("candidate actions without the capability")
+        elif candidate is not None and not (isinstance(candidate, np.ndarray) and candidate.dtype.kind == "f"
+                                            and candidate.shape == (1, 2) and np.isfinite(candidate).all()
+                                            and (np.abs(candidate) <= 1.0 + 1e-5).all()):  # toy's control bounds
+            problems.append(f"candidate actions {candidate!r:.80}")
         return problems
 
     def predict_native(self, native, request):
@@ -95,4 +102,9 @@ def wam_register_models(register):
         options=(Option("delay", type="float", default=None, deployment=False, help="Seconds each prediction sleeps."),
                  Option("open-files", type="int", default=None, deployment=False,
                         help="Descriptors the model opens and keeps (a leak)."),),
+    ))
+    register(ModelSpec(
+        name="sentinel-cf-wam", load=lambda config: SentinelModel(candidates=True),
+        capabilities=Capabilities(actions=True, action_conditioned_futures=True),
+        adapters=[Adapter(contract=toy.BIG_CONTRACT, encode=encode, decode=decode)], timeout_s=20.0,
     ))

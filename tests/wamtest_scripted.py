@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from collections import defaultdict
 
 import attrs
@@ -121,8 +122,9 @@ class ScriptedModel:
 
     uses_sessions = True
 
-    def __init__(self, gain: float, budget: float, chunk: int = CHUNK):
+    def __init__(self, gain: float, budget: float, chunk: int = CHUNK, predict_delay: float = 0.0):
         self.gain = gain
+        self.predict_delay = predict_delay
         self.chunk = chunk
         self.timeout_s = budget
         self.checkpoint = f"scripted:gain={gain}"
@@ -138,7 +140,9 @@ class ScriptedModel:
         self.native_calls += 1
         self.counts[session] += 1
         behaviour = request.options.get("behaviour") or "ok"
-        delay = float(request.options.get("delay") or 0.0)
+        delay = float(request.options.get("delay") or self.predict_delay)
+        if os.environ.get(BUSY_DIR_ENV):  # a test waits on this to know the model is mid-call
+            Path(os.environ[BUSY_DIR_ENV], f"predicting-{os.getpid()}-{self.native_calls}").write_text("")
         if delay:
             time.sleep(delay)
         actions = self.actions(native)
@@ -173,11 +177,17 @@ def decode(native, request):
     return Prediction(
         actions=native["actions"],
         info={"count": native["count"], "native_calls": _MODELS[-1].native_calls if _MODELS else -1,
-              "pid": os.getpid()},
+              "pid": os.getpid(),
+              # the sessions whose state the model holds, and how many it was told to free
+              "held": len(_MODELS[-1].counts) if _MODELS else -1,
+              "resets": sum(_MODELS[-1].resets.values()) if _MODELS else -1},
     )
 
 
 _MODELS: list = []
+
+#: a folder where every prediction leaves ``predicting-<pid>-<n>`` as it starts
+BUSY_DIR_ENV = "WAMTEST_BUSY_DIR"
 
 
 def load_scripted(config):
@@ -185,7 +195,7 @@ def load_scripted(config):
     if config.options.get("fail_load"):
         raise CheckpointError("scripted load failure: the checkpoint cannot be read")
     model = ScriptedModel(float(config.options.get("gain") or 0.5), float(config.options.get("budget") or 20.0),
-                          int(config.options.get("chunk_size") or CHUNK))
+                          int(config.options.get("chunk_size") or CHUNK), float(config.options.get("predict_delay") or 0.0))
     _MODELS.append(model)
     return model
 
@@ -260,6 +270,8 @@ SCRIPTED_OPTIONS = (
     Option("budget", type="float", default=20.0, help="Declared timeout budget (s)."),
     Option("fail-load", type="bool", default=False, help="Fail while loading."),
     Option("load-delay", type="float", default=None, help="Seconds loading takes."),
+    Option("predict-delay", type="float", default=None,
+           help="Seconds each prediction sleeps, for clients that cannot send per-request options (openpi)."),
     Option("chunk-size", type="int", default=None, help="Actions per chunk (changes the contract)."),
     Option("behaviour", type="choice", choices=BEHAVIOURS, default=None, deployment=False,
            help="What the next predictions do (per request)."),

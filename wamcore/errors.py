@@ -65,6 +65,10 @@ class UnknownPlatformError(UnknownIdError):
     kind = "platform"
 
 
+class UnknownProtocolError(UnknownIdError):
+    kind = "evaluation protocol"
+
+
 class PluginLoadError(PluginError):
     """A plugin failed to import or register; raised when one of its ids is asked for."""
 

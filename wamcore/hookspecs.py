@@ -60,6 +60,28 @@ def wam_register_models(register: Callable[..., None]) -> None:
 
 
 @hookspec
+def wam_register_protocols(register: Callable[..., None]) -> None:
+    """Register evaluation protocols: a model's published evaluation settings as data.
+
+    :param register: call ``register(protocol)`` once per protocol, with a
+        :class:`wamcore.eval_protocols.EvalProtocol`: its ``name``, the ``platform`` that
+        applies it, the ``model`` it was published for, the upstream ``source``, and the
+        values (``seed``, ``episodes``, ``platform_options``, ``model_options``, keyed by
+        option dest). ``wam eval --protocol NAME`` applies it; ``--protocol list`` lists them.
+
+    Use in a plugin::
+
+        @hookimpl
+        def wam_register_protocols(register):
+            register(EvalProtocol(name="line-p-line", platform="line", model="line-p",
+                                  source="example/line eval.py", seed=7,
+                                  platform_options={"max_steps": 50}))
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
 def wam_register_commands(cli) -> None:
     """Add sub-commands to the ``wam`` command line.
 

@@ -34,7 +34,9 @@ from .errors import (
     UnknownIdError,
     UnknownModelError,
     UnknownPlatformError,
+    UnknownProtocolError,
 )
+from .eval_protocols import EvalProtocol
 from .specs import RESERVED_OPTION_NAMES, ModelSpec, PlatformSpec, normalize_id
 
 ENTRY_POINT_GROUP = "wamcore"
@@ -85,6 +87,7 @@ class PluginRecord:
     traceback: Optional[str] = None
     platforms: List[str] = attrs.field(factory=list)
     models: List[str] = attrs.field(factory=list)
+    protocols: List[str] = attrs.field(factory=list)
     hooks: List[str] = attrs.field(factory=list)
     problems: List[str] = attrs.field(factory=list)
 
@@ -101,6 +104,7 @@ class PluginRecord:
             "kind": sorted({*(["platform"] if self.platforms else []), *(["model"] if self.models else [])}),
             "platforms": self.platforms,
             "models": self.models,
+            "protocols": self.protocols,
             "hooks": self.hooks,
             "error": self.error,
             "traceback": self.traceback,
@@ -122,7 +126,9 @@ class Registry:
         self._records: Dict[str, PluginRecord] = {}
         self._platforms: Dict[str, PlatformSpec] = {}
         self._models: Dict[str, ModelSpec] = {}
-        self._aliases: Dict[str, Dict[str, str]] = {"platform": {}, "model": {}}
+        self._protocols: Dict[str, EvalProtocol] = {}
+        self._tables = {"platform": self._platforms, "model": self._models, "protocol": self._protocols}
+        self._aliases: Dict[str, Dict[str, str]] = {"platform": {}, "model": {}, "protocol": {}}
         self._owner: Dict[tuple, str] = {}
         self._loaded = False  # set once loading has finished: until then lookups wait for it
         self._loading = False
@@ -215,7 +221,7 @@ class Registry:
             self._pm.unregister(name=name)
         if record is None:
             return
-        for kind, table in (("platform", self._platforms), ("model", self._models)):
+        for kind, table in self._tables.items():
             for ident in list(table):
                 if self._owner.get((kind, ident)) == name:
                     del table[ident]
@@ -226,10 +232,11 @@ class Registry:
 
     def _collect(self, name: str, plugin: Any, record: PluginRecord) -> None:
         """Call this plugin's hooks only, staging what it registers: all or nothing."""
-        staged: Dict[str, list] = {"platform": [], "model": []}
+        staged: Dict[str, list] = {"platform": [], "model": [], "protocol": []}
         calls = {
             "wam_register_platforms": ("platform", PlatformSpec),
             "wam_register_models": ("model", ModelSpec),
+            "wam_register_protocols": ("protocol", EvalProtocol),
         }
         for hook_name, (kind, spec_type) in calls.items():
             for impl in getattr(self._pm.hook, hook_name).get_hookimpls():
@@ -259,7 +266,7 @@ class Registry:
                 )
         for kind, specs in staged.items():
             for spec in specs:
-                for option in spec.options:
+                for option in getattr(spec, "options", ()):
                     if option.name in RESERVED_OPTION_NAMES:
                         record.problems.append(
                             f"{kind} {spec.name}: option --{option.name} is one of wamcore's own options; "
@@ -270,10 +277,10 @@ class Registry:
                 except DuplicateIdError as exc:
                     record.problems.append(str(exc))
                     continue
-                (record.platforms if kind == "platform" else record.models).append(spec.name)
+                getattr(record, kind + "s").append(spec.name)
 
     def _add(self, kind: str, spec, owner: str) -> None:
-        table = self._platforms if kind == "platform" else self._models
+        table = self._tables[kind]
         ident = normalize_id(spec.name)
         names = [ident] + [normalize_id(a) for a in spec.aliases]
         for n in names:
@@ -302,6 +309,14 @@ class Registry:
         self.load()
         return dict(self._models)
 
+    def protocols(self) -> Dict[str, EvalProtocol]:
+        self.load()
+        return dict(self._protocols)
+
+    def protocol(self, ident: str) -> EvalProtocol:
+        """An evaluation protocol by name (``wam eval --protocol``); unknown: did-you-mean."""
+        return self._lookup("protocol", ident, UnknownProtocolError)
+
     def platform(self, ident: str) -> PlatformSpec:
         return self._lookup("platform", ident, UnknownPlatformError)
 
@@ -328,7 +343,7 @@ class Registry:
 
     def _lookup(self, kind: str, ident: str, error: type):
         self.load()
-        table = self._platforms if kind == "platform" else self._models
+        table = self._tables[kind]
         key = normalize_id(ident)
         key = self._aliases[kind].get(key, key)
         if key in table:

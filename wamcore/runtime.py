@@ -516,7 +516,7 @@ def open_model(
         platform_options = pair(spec, platform, config=config.model_config(spec), registry=registry,
                                 observation=observation, platform_options=platform_options).platform_options
     if config.mode == IN_PROCESS:
-        client: ModelClient = LocalModel(ModelService(spec, config.model_config(spec)))
+        client: ModelClient = LocalModel(ModelService(spec, config.model_config(spec), platform=platform))
     else:
         from . import rpc  # pyzmq is imported only when a worker is involved
 

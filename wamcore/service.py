@@ -20,10 +20,10 @@ import attrs
 import numpy as np
 
 from .contracts import AdapterContract, ControlSpec, ModelInfo, ObservationSpec, PredictRequest, Prediction
-from .errors import ActionError, CapabilityError, ConfigurationError, IncompatiblePairError, PredictionError
+from .errors import CapabilityError, ConfigurationError, IncompatiblePairError, PredictionError, WamError
 from .pairing import check_model_info
 from .specs import ModelConfig, ModelSpec, PlatformSpec, resolve_callable
-from .validation import request_options, validate_actions, validate_prediction, validate_request
+from .validation import request_options, validate_actions, validate_candidates, validate_prediction, validate_request
 
 DEFAULT_SESSION = "default"
 
@@ -62,9 +62,14 @@ def _plain_options(options: Mapping[str, Any]) -> dict:
 
 
 class ModelService:
-    """A loaded model serving one platform through its adapter."""
+    """A loaded model serving one platform through its adapter.
 
-    def __init__(self, spec: ModelSpec, config: ModelConfig, native: Any = None):
+    ``platform`` gives the control whose bounds candidate actions are checked against
+    (without it, the installed platform of that name); where neither is there, a request
+    with candidates is refused."""
+
+    def __init__(self, spec: ModelSpec, config: ModelConfig, native: Any = None, *,
+                 platform: Optional[PlatformSpec] = None):
         config = attrs.evolve(config, options=spec.with_defaults(config.options))
         self.spec = spec.resolve(config)
         self.config = config
@@ -76,6 +81,8 @@ class ModelService:
             )
         self.adapter = adapter
         self.contract: AdapterContract = adapter.contract
+        self._platform = platform
+        self._control: Optional[ControlSpec] = None  # of candidate actions, found on first use
         self.native = native if native is not None else resolve_callable(self.spec.load)(config)
         self._sessions = bool(getattr(self.native, "uses_sessions", False))
         self._max_batch = _declared_batch(self.native)
@@ -158,7 +165,7 @@ class ModelService:
         t0 = time.perf_counter()
         validate_request(request, self.contract, self._request_options)
         if request.candidate_actions is not None:
-            self._check_candidates(request.candidate_actions)
+            request = attrs.evolve(request, candidate_actions=self._check_candidates(request.candidate_actions))
         t1 = time.perf_counter()
         native_in = self.adapter.encode(request)
         return native_in, {"validate_ms": _ms(t0, t1), "encode_ms": _ms(t1, time.perf_counter())}
@@ -170,24 +177,32 @@ class ModelService:
         timing = {**pred.timing, **timing, "decode_ms": _ms(t0, time.perf_counter())}
         return pred.replace(timing=timing)
 
-    def _check_candidates(self, candidates) -> None:
+    def _check_candidates(self, candidates) -> np.ndarray:
         if not self.info.capabilities.action_conditioned_futures:
             raise CapabilityError(
                 f"model {self.spec.name!r} does not declare action_conditioned_futures; "
                 "it cannot predict the outcome of candidate actions"
             )
-        ok = (
-            isinstance(candidates, np.ndarray)
-            and candidates.dtype.kind == "f"
-            and candidates.shape == (self.contract.chunk_size, self.contract.action_dim)
-            and np.isfinite(candidates).all()
-        )
-        if not ok:
-            shape = getattr(candidates, "shape", None)
-            raise ActionError(
-                [f"candidate_actions must be finite floats of shape ({self.contract.chunk_size}, {self.contract.action_dim}) "
-                 f"(the model's chunk), got {getattr(candidates, 'dtype', type(candidates).__name__)} of shape {shape}"]
-            )
+        return validate_candidates(candidates, self._candidate_control(), self.contract)
+
+    def _candidate_control(self) -> ControlSpec:
+        if self._control is None:
+            platform = self._platform
+            if platform is None:
+                from .registry import default_registry  # the platform need not be installed where the model runs
+
+                try:
+                    platform = default_registry().platform(self.config.platform)
+                except WamError:
+                    platform = None
+            controls = platform.controls if platform is not None else ()
+            self._control = next((c for c in controls if c.action_space == self.contract.action_space), None)
+            if self._control is None:
+                raise CapabilityError(
+                    f"candidate actions cannot be checked against the bounds of control {self.contract.action_space!r} "
+                    f"here: platform {self.config.platform!r} is not installed where the model runs; install its plugin there"
+                )
+        return self._control
 
     def reset(self, session: str = DEFAULT_SESSION) -> None:
         reset = getattr(self.native, "reset", None)
@@ -230,10 +245,7 @@ class ModelClient:
         obs = request.observation.select(self.contract.cameras, self.contract.state)
         changes: dict = {"observation": obs}
         if request.candidate_actions is not None:
-            # a candidate chunk is checked like one to execute: same control, same bounds
-            changes["candidate_actions"] = validate_actions(
-                request.candidate_actions, self.control, chunk_size=self.contract.chunk_size
-            )
+            changes["candidate_actions"] = validate_candidates(request.candidate_actions, self.control, self.contract)
         request = attrs.evolve(request, **changes)
         pred = self._predict(request)
         actions = validate_actions(pred.actions, self.control, chunk_size=self.contract.chunk_size)

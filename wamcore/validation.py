@@ -3,7 +3,8 @@
 * the model service checks each request against its adapter contract before the model
   sees it (:func:`validate_request`: the observation, the seed, the per-request options);
 * the client checks each action chunk against the platform's control before anything
-  executes it (:func:`validate_actions`);
+  executes it (:func:`validate_actions`), and both sides check candidate actions the same
+  way before a model sees them (:func:`validate_candidates`);
 * the service checks prediction extras against declared capabilities
   (:func:`validate_prediction`).
 """
@@ -261,6 +262,19 @@ def validate_actions(actions, control: ControlSpec, *, chunk_size: Optional[int]
     return arr
 
 
+def validate_candidates(candidates, control: ControlSpec, contract: AdapterContract) -> np.ndarray:
+    """Candidate actions are checked like a chunk to execute (same control, same bounds) and
+    must be the model's chunk; float32 ``[T, D]`` or :class:`ActionError`."""
+    want = (contract.chunk_size, control.action_dim)
+    if not isinstance(candidates, np.ndarray) or candidates.shape != want:
+        raise ActionError([f"candidate_actions must be a float array of shape {want} (the model's chunk), "
+                           f"got {_describe(candidates)}"], context=control.action_space)
+    try:
+        return validate_actions(candidates, control, chunk_size=contract.chunk_size)
+    except ActionError as exc:
+        raise ActionError(exc.problems, context=f"candidate_actions for {control.action_space}") from None
+
+
 def validate_prediction(pred: Prediction, capabilities: Capabilities, contract: AdapterContract) -> None:
     """Server-side: a prediction carries only the extras its model declares, well formed."""
     problems: List[str] = []
@@ -296,5 +310,6 @@ __all__ = [
     "request_options",
     "check_observation_spec",
     "validate_actions",
+    "validate_candidates",
     "validate_prediction",
 ]

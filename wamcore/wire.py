@@ -19,7 +19,7 @@ numpy 1.x process talks to a numpy 2.x process (pickled arrays cannot).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import msgpack
 import numpy as np
@@ -116,11 +116,13 @@ def encode(obj: Any, *, arena=None) -> List:
     return [header, *buffers]
 
 
-def decode(frames: Sequence, *, shared: Optional[Callable[[bytes], np.ndarray]] = None) -> Any:
+def decode(frames: Sequence, *, shared: Optional[Callable[[bytes], np.ndarray]] = None,
+           limits: Optional[Mapping[str, int]] = None) -> Any:
     """Frames -> wire dict with read-only arrays viewing the frames.
 
     ``shared(reference)`` resolves shared-memory references (and owns their safety checks);
-    without it a message that carries one is refused."""
+    without it a message that carries one is refused. ``limits``: msgpack's ``max_*_len``
+    bounds for the header (a worker's for requests: ``wamcore.rpc.protocol.ARGS_LIMITS``)."""
     if not frames:
         raise ProtocolError("empty message")
     buffers = frames[1:]
@@ -140,7 +142,7 @@ def decode(frames: Sequence, *, shared: Optional[Callable[[bytes], np.ndarray]] 
         raise ProtocolError(f"unexpected msgpack extension {code}")
 
     try:
-        return msgpack.unpackb(frames[0], ext_hook=ext_hook, raw=False, strict_map_key=True)
+        return msgpack.unpackb(frames[0], ext_hook=ext_hook, raw=False, strict_map_key=True, **(limits or {}))
     except WamError:  # ours, raised from ext_hook (a bad reference, shared memory unavailable)
         raise
     except Exception as exc:  # msgpack raises several unrelated types

@@ -16,6 +16,7 @@ from .. import __version__
 from ..errors import ConfigurationError, WamError
 from ..specs import PlatformSpec
 from .common import PairedCommand, _episode_options, _resolve, cache_option, cli, deployment_options
+from .protocols import protocol_option, resolve_protocol
 
 
 @cli.command(name="eval", cls=PairedCommand, params=_episode_options() + deployment_options() + [
@@ -51,6 +52,7 @@ from .common import PairedCommand, _episode_options, _resolve, cache_option, cli
                       "future to the platform's goal."),
     click.Option(["--resume"], is_flag=True, help="Continue an interrupted run in --out, skipping finished episodes."),
     click.Option(["--overwrite"], is_flag=True, help="Start over in an existing --out."),
+    protocol_option(),
 ])
 @click.pass_context
 def eval_(ctx, **kwargs):
@@ -66,6 +68,8 @@ def eval_(ctx, **kwargs):
     from ..execution import summarize
     from ..report.tables import format_table, group_summaries
 
+    applied = resolve_protocol(ctx, kwargs)  # first: it sets --seed, --episodes and plugin options
+    protocol = applied.record() if applied else None
     seed, instruction, max_chunks = kwargs.pop("seed"), kwargs.pop("instruction"), kwargs.pop("max_chunks")
     as_json, count = kwargs.pop("as_json"), kwargs.pop("episodes")
     out_opt, resume, overwrite = kwargs.pop("out"), kwargs.pop("resume"), kwargs.pop("overwrite")
@@ -115,6 +119,7 @@ def eval_(ctx, **kwargs):
         "model": _requested_model(config, reg),
         "episodes": [e.key for e in episodes],
         **({"planning": planning} if planning else {}),
+        **({"protocol": protocol} if protocol else {}),
     }
     results = ResultsDir(out)
     try:
@@ -144,7 +149,8 @@ def eval_(ctx, **kwargs):
         with _sigterm_as_interrupt(), contextlib.redirect_stdout(sys.stderr):
             for event in evaluation.run(todo):
                 if identity is None:  # the model has started: is it the one that produced `done`?
-                    identity = _check_identity(results.out, evaluation.model_info, platform.name, resumed=bool(done))
+                    identity = _check_identity(results.out, evaluation.model_info, platform.name, resumed=bool(done),
+                                               protocol=protocol)
                 if isinstance(event, Started):
                     progress.started(event.key)
                     continue
@@ -168,6 +174,7 @@ def eval_(ctx, **kwargs):
         versions=_versions(reg, platform.name, config.backend, evaluation.model_info),
         finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), wall_s=round(time.perf_counter() - t0, 2), out=str(out),
         **({"planning": planning} if planning else {}),
+        **({"protocol": protocol} if protocol else {}),
     )
     if cache:
         counts = [r.get("cache") or {} for r in records]
@@ -230,13 +237,15 @@ def _requested_model(config, reg) -> dict:
             "options": options}
 
 
-def _check_identity(out: Path, info, platform: str, *, resumed: bool) -> Any:
-    """The started model's identity, recorded in OUT/model_identity.json; a resumed run whose
-    episodes another model produced (another checkpoint's content, weights, statistics,
-    options) stops here, before it records anything."""
+def _check_identity(out: Path, info, platform: str, *, resumed: bool, protocol: Any = None) -> Any:
+    """The started model's identity, recorded in OUT/model_identity.json (with the evaluation
+    protocol it ran under); a resumed run whose episodes another model produced (another
+    checkpoint's content, weights, statistics, options) stops here, before it records anything."""
     from ..artifacts import identity_difference, model_identity
 
     identity = model_identity(info, info.contract_for(platform))
+    if protocol:
+        identity = {**identity, "protocol": protocol}
     path = out / "model_identity.json"
     if resumed and path.exists():
         recorded = json.loads(path.read_text())

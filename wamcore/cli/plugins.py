@@ -34,6 +34,9 @@ def plugins(ctx, as_json):
         for name in r.models:
             spec = reg.models()[name]
             click.echo(f"  model    {name} -> {', '.join(spec.platforms)}")
+        for name in r.protocols:
+            protocol = reg.protocols()[name]
+            click.echo(f"  protocol {name} ({protocol.model} on {protocol.platform}; wam eval --protocol {name})")
         if r.error:
             click.echo(f"  error: {r.error}")
         for p in r.problems:

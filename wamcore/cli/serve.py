@@ -27,6 +27,9 @@ def _serve_options() -> List[click.Option]:
         click.Option(["--protocol"], type=click.Choice(["wamcore", "openpi"]), default="wamcore", show_default=True,
                      help="wamcore: our ZeroMQ worker protocol (docs/workers.md); openpi: openpi's websocket policy "
                           "protocol, for openpi clients (docs/openpi.md; needs wamcore[openpi])."),
+        click.Option(["--default-prompt"], default=None, metavar="TEXT",
+                     help="--protocol openpi: the prompt of requests that carry none, as openpi's serve_policy.py "
+                          "--default_prompt (without one, such a request is refused, as openpi's policies do)."),
         click.Option(["--host"], default="127.0.0.1", show_default=True,
                      help="Address to bind. Anything but loopback needs --token."),
         click.Option(["--port"], type=click.IntRange(0, 65535), default=0, show_default=True,
@@ -50,6 +53,12 @@ def _serve_options() -> List[click.Option]:
                      help="Most connections to the same-host Unix channel (more clients use ZeroMQ)."),
         click.Option(["--max-message-mb"], type=click.FloatRange(min=0.001), default=256.0, show_default=True,
                      help="Largest request, in MiB (frames, or shared-memory arrays of one request)."),
+        click.Option(["--max-shared-mb"], type=click.FloatRange(min=0.001), default=4096.0, show_default=True,
+                     help="Address space the worker maps for clients' shared-memory segments in all, in MiB "
+                          "(least recently used unmapped first; at least --max-message-mb)."),
+        click.Option(["--idle-grace"], type=click.FloatRange(min=0.0), default=30.0, show_default=True,
+                     help="openpi: at --max-sessions, a new client takes the place of the least recently active "
+                          "connection idle this long (one that never sent a request: after 1 s)."),
         click.Option(["--message-timeout"], type=click.FloatRange(min=0.001), default=10.0, show_default=True,
                      help="Seconds one message may take to arrive on the Unix channel."),
         o("--cuda-device", "--am-cuda-device", "cuda_device", default=None,
@@ -84,11 +93,12 @@ def serve(ctx, **kwargs):
     rpc_server.check_bind(host, token)
     reg = _registry(ctx)
     spec = reg.model(kwargs.pop("am_backend"))
-    platform = kwargs.pop("platform")
+    platform, platform_spec = kwargs.pop("platform"), None
     try:
-        platform = reg.platform(platform).name
+        platform_spec = reg.platform(platform)
+        platform = platform_spec.name
     except WamError:
-        pass  # the platform plugin need not be installed where the model runs
+        pass  # the platform plugin need not be installed where the model runs (then candidate actions are refused)
     _, deploy, request, _ = split_plugin_options(ctx, kwargs, platform, spec.name)
     per_request = [p.opts[0] for p in ctx.command.params
                    if getattr(p, "wam_option", None) is not None and not p.wam_option.deployment
@@ -98,25 +108,35 @@ def serve(ctx, **kwargs):
     deploy.update(typed_options(spec, _parse_am_options(kwargs.pop("am_option"))))
     config = ModelConfig(platform=platform, checkpoint=kwargs.pop("am_checkpoint"),
                          predict_future=kwargs.pop("predict_future"), options=deploy)
+    default_prompt = kwargs.pop("default_prompt")
     if kwargs.pop("protocol") == "openpi":
-        _serve_openpi(ctx, spec, config, host=host, port=port, token=token, ready_file=kwargs.pop("ready_file"),
-                      max_connections=kwargs.pop("max_sessions"),
+        _serve_openpi(ctx, spec, config, platform_spec, host=host, port=port, token=token, ready_file=kwargs.pop("ready_file"),
+                      default_prompt=default_prompt,
+                      max_connections=kwargs.pop("max_sessions"), idle_grace_s=kwargs.pop("idle_grace"),
                       max_message_bytes=int(kwargs.pop("max_message_mb") * (1 << 20)))
         return
-    service = ModelService(spec, config)
+    if default_prompt is not None:
+        raise ConfigurationError("--default-prompt applies to --protocol openpi (wamcore requests always carry the "
+                                 "task's instruction)")
+    if ctx.get_parameter_source("idle_grace") == click.core.ParameterSource.COMMANDLINE:
+        click.echo("warning: --idle-grace applies to --protocol openpi; the wamcore protocol drops sessions after "
+                   "--session-ttl", err=True)
+    kwargs.pop("idle_grace")
+    service = ModelService(spec, config, platform=platform_spec)
     rpc_server.serve(service, host=host, port=port, token=token, session_ttl_s=kwargs.pop("session_ttl"),
                      ready_file=kwargs.pop("ready_file"), aliases=spec.aliases,
                      batch_window_s=kwargs.pop("batch_window_ms") / 1000.0, max_batch=kwargs.pop("max_batch"),
                      max_sessions=kwargs.pop("max_sessions"), max_connections=kwargs.pop("max_local_connections"),
                      max_message_bytes=int(kwargs.pop("max_message_mb") * (1 << 20)),
-                     message_timeout_s=kwargs.pop("message_timeout"))
+                     message_timeout_s=kwargs.pop("message_timeout"),
+                     max_shared_bytes=int(kwargs.pop("max_shared_mb") * (1 << 20)))
 
 
 #: options of the ZeroMQ worker that mean nothing to an openpi server
-_ZMQ_ONLY = ("session_ttl", "batch_window_ms", "max_batch", "max_local_connections", "message_timeout")
+_ZMQ_ONLY = ("session_ttl", "batch_window_ms", "max_batch", "max_local_connections", "message_timeout", "max_shared_mb")
 
 
-def _serve_openpi(ctx, spec, config, **kw) -> None:
+def _serve_openpi(ctx, spec, config, platform_spec, **kw) -> None:
     """The layout is checked against the model's contract before the model loads (that can take minutes)."""
     import attrs
 
@@ -136,4 +156,4 @@ def _serve_openpi(ctx, spec, config, **kw) -> None:
     adapter = spec.resolve(attrs.evolve(config, options=spec.with_defaults(config.options))).adapter_for(config.platform)
     if adapter is not None:  # else ModelService says which platforms the model has adapters for
         layout.check(adapter.contract)
-    openpi_server.serve(ModelService(spec, config), layout, **kw)
+    openpi_server.serve(ModelService(spec, config, platform=platform_spec), layout, **kw)

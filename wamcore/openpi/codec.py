@@ -19,6 +19,12 @@ import numpy as np
 from ..errors import ProtocolError, WamError
 from ..wire import array_dtype, array_from
 
+#: what one message may hold besides its bytes: a few keys of arrays (maps of four keys with
+#: the data as bin), text and numbers. Decoding builds an object per element, up to ~72 times
+#: the bytes it came from (a 1-byte empty map becomes a dict), so elements of lists and maps
+#: are counted and bounded, each list and map too, as msgpack checks before it allocates
+MAX_ITEMS = 65536
+LIMITS = {"max_array_len": 1024, "max_map_len": 1024}
 _ARRAY_KEYS = frozenset(("__ndarray__", "data", "dtype", "shape"))
 _SCALAR_KEYS = frozenset(("__npgeneric__", "data", "dtype"))
 
@@ -72,9 +78,26 @@ def _no_extension(code: int, data: bytes) -> Any:
 
 
 def unpackb(data: bytes) -> Any:
-    """A received message, arrays restored (read-only); ProtocolError for anything else."""
+    """A received message, arrays restored (read-only); ProtocolError for anything else,
+    including more than ``MAX_ITEMS`` elements in its lists and maps."""
+    left = [MAX_ITEMS]
+
+    def count(n: int) -> None:
+        left[0] -= n + 1
+        if left[0] < 0:
+            raise ProtocolError(f"an openpi message holds more than {MAX_ITEMS} list and map elements")
+
+    def object_hook(d: dict) -> Any:
+        count(len(d))
+        return _object_hook(d)
+
+    def list_hook(items: list) -> list:
+        count(len(items))
+        return items
+
     try:
-        return msgpack.unpackb(data, object_hook=_object_hook, ext_hook=_no_extension, raw=False, strict_map_key=True)
+        return msgpack.unpackb(data, object_hook=object_hook, list_hook=list_hook, ext_hook=_no_extension, raw=False,
+                               strict_map_key=True, **LIMITS)
     except WamError:
         raise
     except Exception as exc:  # msgpack raises several unrelated types on garbage

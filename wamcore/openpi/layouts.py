@@ -15,7 +15,7 @@ mirrors our observation one key per camera and state vector.
 from __future__ import annotations
 
 from importlib import metadata as importlib_metadata
-from typing import Any, Dict, List, Mapping, Protocol
+from typing import Any, Dict, List, Mapping, Optional, Protocol
 
 from ..contracts import AdapterContract, Observation
 from ..errors import ConfigurationError, ObservationError
@@ -23,6 +23,8 @@ from ..specs import normalize_id
 
 ENTRY_POINT_GROUP = "wamcore.openpi_layouts"
 PROMPT = "prompt"
+#: what a request without a prompt is told, as openpi's policy refuses one ("Prompt is required")
+NO_PROMPT = "; openpi's policies need one too unless served with a default: wam serve --default-prompt TEXT"
 #: platforms whose openpi clients use their robot's own keys, and the plugin with that layout
 PROVIDERS = {"libero": "wam-openpi", "robotwin": "wam-openpi"}
 
@@ -42,11 +44,20 @@ class Layout(Protocol):
         """The physical observation in ``message``; ObservationError naming the keys at fault."""
 
 
+def inject_default_prompt(message: Any, prompt: Optional[str]) -> Any:
+    """openpi's ``InjectDefaultPrompt`` (``src/openpi/transforms.py``): a request without a
+    prompt gets the server's default one (``scripts/serve_policy.py --default_prompt``)."""
+    if prompt is not None and isinstance(message, Mapping) and PROMPT not in message:
+        return {**message, PROMPT: prompt}
+    return message
+
+
 def check_keys(message: Any, expected: Mapping[str, str]) -> List[str]:
     """Problems with the keys of a request: not a map, missing keys, keys no layout reads."""
     if not isinstance(message, Mapping):
         return [f"an openpi request must be a map of key to value, got {type(message).__name__}"]
-    problems = [f"missing key {k!r} ({what})" for k, what in expected.items() if k not in message]
+    problems = [f"missing key {k!r} ({what})" + (NO_PROMPT if k == PROMPT else "")
+                for k, what in expected.items() if k not in message]
     extra = sorted(repr(k)[:60] for k in message if k not in expected)
     if extra:
         problems.append(f"unexpected key(s) {', '.join(extra[:10])}; this server reads {', '.join(map(repr, expected))}")
@@ -103,4 +114,5 @@ def layout_for(platform: str) -> Layout:
     return GenericLayout()
 
 
-__all__ = ["Layout", "GenericLayout", "layout_for", "check_keys", "raise_problems", "ENTRY_POINT_GROUP", "PROMPT"]
+__all__ = ["Layout", "GenericLayout", "layout_for", "check_keys", "inject_default_prompt", "raise_problems",
+           "ENTRY_POINT_GROUP", "PROMPT"]

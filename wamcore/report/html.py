@@ -146,6 +146,7 @@ def _identity(config: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
         ("request options", json.dumps(config.get("request_options") or {}, sort_keys=True)),
         ("instruction override", config.get("instruction")),
         ("seed", summary.get("seed")),
+        *_protocol_items(config.get("protocol")),
         ("versions", json.dumps(summary.get("versions") or {"wamcore": summary.get("wamcore")}, sort_keys=True)),
         ("worker", f"{worker.get('host', '')} pid {worker.get('pid', '')} python {worker.get('python', '')}" if worker else None),
         ("executor", f"{summary.get('executor', 'local')}, {summary.get('num_envs', 1)} env(s), "
@@ -156,6 +157,18 @@ def _identity(config: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
     return "<dl class='identity'>" + "".join(
         f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in items if v not in (None, "", "{}")
     ) + "</dl>"
+
+
+def _protocol_items(protocol: Optional[Mapping[str, Any]]) -> list:
+    """The evaluation protocol: its name and source, the values it set, what the command overrode."""
+    if not protocol:
+        return []
+    return [
+        ("protocol", f"{protocol['name']} ({protocol.get('model')} on {protocol.get('platform')}; {protocol.get('source')})"),
+        ("protocol values", json.dumps(protocol.get("values") or {}, sort_keys=True)),
+        ("protocol overrides", json.dumps(protocol.get("overrides") or {}, sort_keys=True)),
+        ("protocol not applied", json.dumps(protocol.get("not_applied") or {}, sort_keys=True)),
+    ]
 
 
 def _videos(run_dir: Path, records: List[Mapping[str, Any]]) -> str:

@@ -76,6 +76,7 @@ class RemoteModel(ModelClient):
         self.shared_memory = shm.supported() and (same_host if shared_memory is None else bool(shared_memory))
         self._arena: Optional[shm.Arena] = None
         self._shm_refusals = 0
+        self._segment_limit: Optional[int] = None  # the largest segment the worker takes (its hello says)
         # calls after hello go over the worker's Unix socket when it offers one (see .local)
         self.local_channel = local.supported() and (same_host if local_channel is None else bool(local_channel))
         self._local_address: Optional[str] = None
@@ -137,7 +138,7 @@ class RemoteModel(ModelClient):
 
     def _arena_in_use(self) -> shm.Arena:
         if self._arena is None:
-            self._arena = shm.Arena(1 << 20)
+            self._arena = shm.Arena(min(1 << 20, self._segment_limit or 1 << 20))
         return self._arena
 
     def _retire_arena(self) -> None:
@@ -152,7 +153,8 @@ class RemoteModel(ModelClient):
             return wire.encode(msg, arena=arena)
         except shm.ArenaFull as full:
             self._retire_arena()
-            self._arena = shm.Arena(2 * full.needed)
+            # room to grow, within the largest segment the worker takes
+            self._arena = shm.Arena(max(full.needed, min(2 * full.needed, self._segment_limit or 2 * full.needed)))
             return self._encode(msg, self._arena)
 
     def _reset(self) -> None:
@@ -202,6 +204,8 @@ class RemoteModel(ModelClient):
         self._close_channel()
         self._local_address = result.get("local") if self.local_channel else None
         self.aliases = tuple(result.get("aliases") or ())
+        limit = result.get("max_segment_bytes")
+        self._segment_limit = limit if type(limit) is int and limit > 0 else None
         return info
 
     def _session_call(self, method: str, args: Optional[dict], timeout_s: float, shared: bool = False) -> Any:

@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import ipaddress
 import traceback
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import msgpack
 
 from .. import errors as _errors
 from ..contracts import PROTOCOL_VERSION
@@ -91,6 +93,21 @@ MAX_FIELD_ITEMS = 50
 MAX_ID = 2**63 - 1
 MAX_NAME_CHARS = 64
 MAX_TOKEN_CHARS = 1024
+#: a request's msgpack header: the envelope and its args. Arrays of 4 KiB and more travel as
+#: frames or in shared memory, so a header needs little; decoding one can multiply its size
+#: by up to ~72 (a 1-byte empty map becomes a 64-byte dict), so its size is what bounds that
+MAX_HEADER_BYTES = 1 << 20
+#: per-object bounds for decoding a request's args (``msgpack.unpackb``): inline arrays are
+#: extensions under 4 KiB plus their dtype and shape; lists and maps are a request's few
+#: cameras, state vectors and options
+ARGS_LIMITS = {"max_str_len": MAX_HEADER_BYTES, "max_bin_len": MAX_HEADER_BYTES, "max_array_len": 4096,
+               "max_map_len": 4096, "max_ext_len": 8192}
+_ENVELOPE_KEYS = ("type", "v", "id", "method", "session", "token")
+#: the envelope is decoded before the token is checked: scalars only, each at most the
+#: largest a field can be (a token of 1024 4-byte characters); no list or map is built
+_ENVELOPE_LIMITS = {"max_str_len": 4 * MAX_TOKEN_CHARS + 8, "max_bin_len": 4 * MAX_TOKEN_CHARS + 8,
+                    "max_ext_len": 4 * MAX_TOKEN_CHARS + 8, "max_array_len": 0, "max_map_len": 0}
+_MAX_ENVELOPE_ITEMS = 32
 
 
 def shorten(text: str, limit: int = 200, *, keep_end: bool = False) -> str:
@@ -161,6 +178,46 @@ def request_id(msg: Any) -> Optional[int]:
     """The request's id if it is one a worker may echo (a non-negative int64), else None."""
     rid = msg.get("id") if isinstance(msg, dict) else None
     return rid if type(rid) is int and 0 <= rid <= MAX_ID else None
+
+
+def read_request(header) -> Tuple[dict, Optional[memoryview]]:
+    """(the envelope's fields, the args still encoded) of a request header.
+
+    Decoding can allocate many times a header's size, so before the request is
+    authenticated only the envelope is decoded, and only as scalars of a field's size;
+    args and unknown fields are skipped without building anything. Anything that is not a
+    request's map of fields is a ProtocolError."""
+    view = memoryview(header).cast("B")
+    if view.nbytes > MAX_HEADER_BYTES:
+        raise ProtocolError(f"request header of {view.nbytes} bytes (at most {MAX_HEADER_BYTES}: arrays of 4 KiB "
+                            "and more travel as frames)")
+    if view.nbytes and not (0x80 <= view[0] <= 0x8F or view[0] in (0xDE, 0xDF)):  # msgpack's map types
+        raise ProtocolError(f"malformed message header: expected an {REQUEST} message (a map)")
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=max(1, view.nbytes), **_ENVELOPE_LIMITS)
+    unpacker.feed(view)
+    fields: dict = {}
+    args = None
+    try:
+        items = unpacker.read_map_header()
+        if items > _MAX_ENVELOPE_ITEMS:
+            raise ProtocolError(f"malformed request: {items} fields in its envelope")
+        for _ in range(items):
+            key = unpacker.unpack()
+            if key == "args":
+                start = unpacker.tell()
+                unpacker.skip()
+                args = view[start:unpacker.tell()]
+            elif key in _ENVELOPE_KEYS:
+                fields[key] = unpacker.unpack()
+            else:
+                unpacker.skip()
+        if unpacker.tell() != view.nbytes:
+            raise ProtocolError("malformed request: bytes after the header's map")
+    except ProtocolError:
+        raise
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise ProtocolError(f"malformed message header: {type(exc).__name__}: {shorten(str(exc), 200)}") from None
+    return fields, args
 
 
 def check_request(msg: Any) -> Mapping:
@@ -286,6 +343,9 @@ __all__ = [
     "request",
     "request_id",
     "check_request",
+    "read_request",
+    "MAX_HEADER_BYTES",
+    "ARGS_LIMITS",
     "shorten",
     "response",
     "error_response",

@@ -13,9 +13,11 @@ dropped (default one hour, as RPent's ``DEFAULT_SESSION_TIMEOUT_S`` in RLinf/RPe
 
 Limits (docs/security.md): open sessions (``max_sessions``: at the limit, ``hello`` drops
 the oldest session that never made a call, else answers ``WorkerBusy``), local connections,
-message size, and the time one message may take to arrive. Every request is checked in
-this order, before anything else is touched: envelope types and sizes, token, method,
-session; only then are its shared-memory references read (``.shm``).
+message size, shared memory mapped, and the time one message may take to arrive. Every
+request is checked in this order, before anything else is touched: header size, envelope
+types and sizes (only the envelope is decoded, each field only if small), token; then its
+args are decoded, within bounds (``protocol.ARGS_LIMITS``); then method, session; only then
+are its shared-memory descriptors taken and references read (``.shm``).
 
 Lifetime: :func:`watch_parent` makes a spawned worker exit when its parent dies, even by
 SIGKILL: it reads stdin until EOF (the parent holds the pipe's write end; the kernel closes
@@ -39,7 +41,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from typing import Any, Callable, Dict, List, Optional, TextIO
+from typing import Any, Callable, Dict, List, Mapping, Optional, TextIO
 
 import attrs
 import msgpack
@@ -239,6 +241,7 @@ class WorkerServer:
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         message_timeout_s: float = DEFAULT_MESSAGE_TIMEOUT_S,
+        max_shared_bytes: int = shm.DEFAULT_MAX_MAPPED,
     ):
         check_bind(host, token)
         self.service = service
@@ -270,7 +273,8 @@ class WorkerServer:
             log.info("local connections: at most %d (a quarter of the %d descriptors this process may open)",
                      quarter, fd_limit())
             max_connections = quarter
-        self._shared = shm.SharedSegments(enabled=loopback, max_bytes=max_message_bytes, max_open=quarter)
+        self._shared = shm.SharedSegments(enabled=loopback, max_bytes=max_message_bytes, max_open=quarter,
+                                          max_mapped=max_shared_bytes)
         self._local = LocalListener(self.instance, max_connections, max_message_bytes) if loopback and local.supported() else None
         # answers that cannot fail: for an answer that could not be encoded, and for a
         # local connection over the cap
@@ -432,9 +436,13 @@ class WorkerServer:
                 refs.append(shm.Reference(data))
                 return refs[-1]
 
-            msg = wire.decode(body, shared=shared)
+            msg, args = protocol.read_request(body[0] if body else b"")  # the envelope only: args are decoded once authenticated
             rid = protocol.request_id(msg)
             protocol.check_request(msg)
+            self._authenticate(msg)
+            if args is not None:
+                msg["args"] = wire.decode([args, *body[1:]], shared=shared, limits=protocol.ARGS_LIMITS)
+                protocol.check_request(msg)
             result = self._dispatch(msg, rid, reply, refs, fds)
             if result is _DEFERRED:
                 return
@@ -454,13 +462,15 @@ class WorkerServer:
         except Exception:
             return self._fallback
 
-    def _dispatch(self, msg: dict, rid: Any, reply: Callable[[list], None], refs: List[shm.Reference],
-                  fds: List[int]) -> Any:
-        method = msg["method"]
+    def _authenticate(self, msg: Mapping) -> None:
         if self.token is not None:
             given = msg.get("token")
             if not isinstance(given, str) or not hmac.compare_digest(given.encode(), self.token.encode()):
                 raise AccessDenied("this worker requires a token; pass the worker's token with --am-token (or WAMCORE_TOKEN)")
+
+    def _dispatch(self, msg: dict, rid: Any, reply: Callable[[list], None], refs: List[shm.Reference],
+                  fds: List[int]) -> Any:
+        method = msg["method"]
         if method not in protocol.METHODS:
             raise ProtocolError(f"unknown method {method!r}; a worker answers {', '.join(protocol.METHODS)}")
         args = msg.get("args") or {}
@@ -568,6 +578,7 @@ class WorkerServer:
             "aliases": self._aliases,
             "session_ttl_s": self.session_ttl_s,
             "local": None if self._local is None else self._local.address,
+            "max_segment_bytes": self._shared.max_bytes,
         }
 
     def health(self) -> dict:
@@ -707,7 +718,7 @@ def serve(
 ) -> None:
     """Bind, announce readiness (stdout line and ``ready_file``), serve, then close the model.
     ``limits``: ``max_sessions``, ``max_connections``, ``max_message_bytes``,
-    ``message_timeout_s`` of :class:`WorkerServer`."""
+    ``message_timeout_s``, ``max_shared_bytes`` of :class:`WorkerServer`."""
     install_signal_handlers()
     tune_allocator()
     raise_fd_limit()

@@ -55,6 +55,8 @@ THRESHOLD = 32 * 1024
 PER_SESSION = 2
 #: descriptors one message may carry (the client sends one arena at a time)
 MAX_FDS = 2
+#: address space a worker maps for clients' segments in all (``wam serve --max-shared-mb``)
+DEFAULT_MAX_MAPPED = 4096 << 20
 _ID = 16
 _ALIGN = 64
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL if hasattr(fcntl, "F_SEAL_SHRINK") else 0
@@ -152,14 +154,18 @@ def close_fds(fds) -> None:
 
 class SharedSegments:
     """Worker side: the segments clients sent, by session; resolves their references. At
-    most ``PER_SESSION`` segments per session and ``max_open`` in all stay mapped (least
-    recently used unmapped first: a client whose segment was unmapped gets
-    SharedMemoryUnavailable and sends the next request in a fresh one)."""
+    most ``PER_SESSION`` segments per session, ``max_open`` in all, and ``max_mapped`` bytes
+    of address space in all stay mapped (least recently used unmapped first: a client whose
+    segment was unmapped gets SharedMemoryUnavailable and sends the next request in a fresh
+    one). A segment larger than ``max_bytes`` (the request size limit) is refused from its
+    size, before it is mapped: a sealed sparse memory file can claim terabytes."""
 
-    def __init__(self, enabled: bool, max_bytes: int, max_open: int = 1024):
+    def __init__(self, enabled: bool, max_bytes: int, max_open: int = 1024, max_mapped: Optional[int] = None):
         self.enabled = enabled and supported()
         self.max_bytes = max_bytes
         self.max_open = max(1, max_open)
+        self.max_mapped = max(max_bytes, DEFAULT_MAX_MAPPED if max_mapped is None else int(max_mapped))
+        self.mapped = 0  # bytes of address space the segments take
         self._segments: "OrderedDict[tuple, _Segment]" = OrderedDict()  # (session, id), least recently used first
 
     def adopt(self, session: str, fds: List[int]) -> None:
@@ -185,6 +191,11 @@ class SharedSegments:
                                 "(memfd_create + F_SEAL_SHRINK)")
         if st.st_size < _ALIGN:
             raise ProtocolError("a shared-memory segment is too small")
+        if st.st_size > self.max_bytes:
+            raise SharedMemoryUnavailable(f"a shared-memory segment of {st.st_size} bytes is larger than a request "
+                                          f"may be ({self.max_bytes} bytes, --max-message-mb)")
+        while self._segments and self.mapped + st.st_size > self.max_mapped:  # room first: address space is bounded
+            self._unmap(next(iter(self._segments)))
         mm = mmap.mmap(fd, st.st_size, prot=mmap.PROT_READ)
         return bytes(mm[:_ID]), _Segment(mm, st.st_size)
 
@@ -193,6 +204,7 @@ class SharedSegments:
         if key in self._segments:
             self._unmap(key)
         self._segments[key] = segment
+        self.mapped += segment.size
         mine = [k for k in self._segments if k[0] == session]
         for old in mine[: max(0, len(mine) - PER_SESSION)]:
             self._unmap(old)
@@ -244,7 +256,9 @@ class SharedSegments:
         return wire.array_from(dtype_s, shape, view).copy()  # the client reuses its segment
 
     def _unmap(self, key: tuple) -> None:
-        self._segments.pop(key).mm.close()
+        segment = self._segments.pop(key)
+        self.mapped -= segment.size
+        segment.mm.close()
 
     def drop_session(self, session: str) -> None:
         for key in [k for k in self._segments if k[0] == session]:
@@ -293,4 +307,5 @@ def _replace(root, resolve: Callable[[Reference], np.ndarray]) -> int:
 
 
 __all__ = ["Arena", "ArenaFull", "Reference", "SharedSegments", "SharedMemoryUnavailable", "THRESHOLD", "MAX_FDS",
+           "DEFAULT_MAX_MAPPED",
            "supported", "close_fds"]

@@ -168,7 +168,7 @@ def check_model_adapter(
     pairing = pair(model, platform, platform_options=platform_options, config=config)
     obs = observation or synthetic_observation(pairing.observation)
     counting = _CountingModel(native) if native is not None else None
-    service = ModelService(model, config, native=counting)
+    service = ModelService(model, config, native=counting, platform=platform)
     if counting is None:
         counting = _CountingModel(service.native)
         service.native = counting

@@ -242,11 +242,10 @@ def stats_document():
 
 @pytest.fixture
 def closed_port():
-    """A port on which nothing listens (bound then released)."""
+    """A port on which nothing listens: held bound but not listening for the test, so that no
+    one else can take it and a connection to it is refused."""
     import socket
 
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]

@@ -73,10 +73,13 @@ def test_libero_wam_eval_two_envs_same_records_as_one(tmp_path):
         assert done.returncode == 0, done.stderr[-3000:]
         assert json.loads(done.stdout)["num_envs"] == n
         rows = [json.loads(line) for line in (out_dir / "episodes.jsonl").read_text().splitlines()]
-        runs[n] = {r["key"]: (r["success"], r["steps"], r["stop_reason"], r["instruction"]) for r in rows}
-    assert len(runs[1]) == 4 and runs[1] == runs[2]
-    assert all(steps == 12 for _, steps, _, _ in runs[2].values())
-    assert len({instr for *_, instr in runs[2].values()}) == 2  # two tasks, two instructions
+        runs[n] = {r["key"]: (r["success"], r["steps"], r["stop_reason"], r["instruction"], r["labels"]["seed"],
+                              r["labels"]["env_seed"]) for r in rows}
+    assert len(runs[1]) == 4 and runs[1] == runs[2]  # seeds too: whichever process ran the episode
+    assert len({seed for *_, seed, _ in runs[2].values()}) == 4  # every episode its own seed
+    assert all(seed == env_seed for *_, seed, env_seed in runs[2].values())
+    assert all(steps == 12 for _, steps, *_ in runs[2].values())
+    assert len({instr for *_, instr, _, _ in runs[2].values()}) == 2  # two tasks, two instructions
     logs = sorted(p.name for p in (tmp_path / "n2" / "logs").iterdir())
     assert logs == ["env-0.log", "env-1.log"]
 
@@ -130,3 +133,32 @@ def test_libero_a_typo_in_a_variant_suite_is_caught_with_the_installed_names(lib
 
     with pytest.raises(ConfigurationError, match="Did you mean: libero_spatial_with_mug"):
         libero_registry.platform("libero").create(suite="libero_spatial_with_mugg", resolution=64)
+
+
+def test_libero_eval_under_the_starwam_protocol(tmp_path, libero_registry):
+    """``--protocol starwam-libero`` with another model: StarWAM's budgets, env seed 42 and
+    episode seeds 42 + init state apply (the env's budget: ``test_libero_sim``); ``--settle-steps`` given here wins and
+    is recorded; StarWAM's own options are not applied to another model, and the run says so."""
+    import wam_starwam.plugin
+
+    libero_registry.register(wam_starwam.plugin, name="starwam")
+    out_dir = tmp_path / "eval"
+    args = [
+        "eval", "--platform", "libero", "--am-backend", "libero-smoke", "--protocol", "starwam-libero",
+        "--suite", "libero_spatial", "--task", "0", "--init-state", "0,1", "--resolution", "64", "--fast-render",
+        "--settle-steps", "1", "--max-chunks", "1", "--chunk", "2", "--out", str(out_dir), "--json",
+    ]
+    result = CliRunner().invoke(cli, args, obj=libero_registry, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (out_dir / "episodes.jsonl").read_text().splitlines()]
+    assert [r["key"] for r in rows] == ["libero_spatial/task=0/init=0/seed=42", "libero_spatial/task=0/init=1/seed=42"]
+    assert [(r["labels"]["seed"], r["labels"]["env_seed"]) for r in rows] == [(42, 42), (43, 42)]
+    assert all(r["steps"] == 2 for r in rows)
+    config = json.loads((out_dir / "config.json").read_text())
+    options = config["platform_options"]
+    assert (options["settle_steps"], options["env_seed"], options["episode_seeds"]) == (1, 42, "offset")
+    protocol = config["protocol"]
+    assert protocol["name"] == "starwam-libero" and protocol["overrides"] == {"settle_steps": {"protocol": 30, "used": 1}}
+    assert protocol["values"]["step_budgets"]["libero_spatial"] == 400 and protocol["values"]["seed"] == 42
+    assert set(protocol["not_applied"]) == {"replan_steps", "fixed_seed"}
+    assert json.loads((out_dir / "summary.json").read_text())["protocol"] == protocol

@@ -76,6 +76,21 @@ def test_libero_every_variant_suite_resolves_to_its_base(name, base, kind):
             suite.max_steps
 
 
+def test_libero_step_budgets_per_suite():
+    budgets = suites.parse_budgets("libero_spatial=400, libero_10=700")
+    assert budgets == {"libero_spatial": 400, "libero_10": 700}
+    assert suites.parse_budgets({"LIBERO-goal": "350"}) == {"libero_goal": 350} and suites.parse_budgets(None) == {}
+    assert suites.budget_for(suites.resolve_suite("libero_spatial"), budgets) == 400
+    assert suites.budget_for(suites.resolve_suite("libero_10_swap"), budgets) == 700  # Pro: its base suite's
+    assert suites.budget_for(suites.resolve_suite("libero_goal"), budgets) == 300  # not named: the standard one
+    with pytest.raises(ConfigurationError, match="SUITE=STEPS"):
+        suites.parse_budgets("libero_spatial:400")
+    with pytest.raises(ConfigurationError, match=">= 1"):
+        suites.parse_budgets("libero_spatial=0")
+    with pytest.raises(ConfigurationError, match="unknown LIBERO suite"):
+        suites.parse_budgets("libero_spatail=400")
+
+
 def test_libero_selection_parsing():
     assert suites.parse_selection("3", "task") == [3]
     assert suites.parse_selection("0-2, 5", "task") == [0, 1, 2, 5]

@@ -6,6 +6,7 @@ for libero_spatial task 0 and short-lived envs for the other suites.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -280,15 +281,53 @@ def test_libero_plan_episodes_expands_suites_tasks_and_init_states():
     assert len(episodes) == 2 * 2 * 3
     assert episodes[0].key == "libero_spatial/task=0/init=0/seed=7"
     assert episodes[-1].key == "libero_goal_swap/task=1/init=2/seed=7"
-    assert episodes[0].reset == {"seed": 7, "init_state": 0}
+    # each episode's own seed: SeedSequence([seed, sha256 of its suite/task/init]), as documented
+    digest = hashlib.sha256(b"libero_spatial/task=0/init=0").digest()
+    first = int(np.random.SeedSequence([7, int.from_bytes(digest[:8], "big")]).generate_state(1)[0])
+    assert episodes[0].reset == {"seed": first, "init_state": 0}
+    assert episodes[0].labels == {"suite": "libero_spatial", "task": 0, "init": 0, "seed": first, "env_seed": first}
+    assert len({e.reset["seed"] for e in episodes}) == len(episodes)
     assert episodes[0].env_options == episodes[2].env_options != episodes[3].env_options  # one env per task
     assert episodes[0].env_options["resolution"] == 64 and episodes[0].env_options["init_state"] is None
     everything = plan_episodes(LIBERO_PLATFORM.with_defaults({"task": "all", "init_state": "all"}), 1, 0)
     assert len(everything) == 10 * 50
+    assert len({e.reset["seed"] for e in everything}) == 500  # distinct for every episode
+    # an episode's seed depends on it alone, not on what else is planned (--resume, --num-envs, Ray)
+    alone = plan_episodes(LIBERO_PLATFORM.with_defaults({"task": "7", "init_state": "31"}), 1, 0)
+    assert alone[0].reset == next(e.reset for e in everything if e.key == "libero_spatial/task=7/init=31/seed=0")
+    offset = plan_episodes(LIBERO_PLATFORM.with_defaults({"episode_seeds": "offset", "env_seed": 42}), 3, 42)
+    assert [(e.reset["seed"], e.labels["env_seed"]) for e in offset] == [(42, 42), (43, 42), (44, 42)]
+    fixed = plan_episodes(LIBERO_PLATFORM.with_defaults({"episode_seeds": "fixed"}), 3, 195)
+    assert [e.reset["seed"] for e in fixed] == [195, 195, 195]
     with pytest.raises(ConfigurationError, match="out of range"):
         plan_episodes(LIBERO_PLATFORM.with_defaults({"task": "10"}), 1, 0)
     with pytest.raises(ConfigurationError, match="init state"):
         plan_episodes(LIBERO_PLATFORM.with_defaults({}), 51, 0)
+
+
+def test_libero_step_budgets_and_env_seed_reach_the_env():
+    """What a protocol sets (``--step-budgets``, ``--env-seed``) is what the env does: the
+    suite's budget, and the simulator seeded with the env seed whatever the episode's seed."""
+    env = LiberoEnv("libero_spatial", 0, resolution=RES, fast_render=True, settle_steps=0, env_seed=42,
+                    step_budgets={"libero_spatial": 400, "libero_10": 700})
+    try:
+        assert env.max_steps == 400
+        env.reset(seed=5, init_state=0)
+        assert (env.episode["seed"], env.episode["env_seed"]) == (5, 42)
+        # LIBERO's env.seed seeds numpy's global generator: after a reset it is where the env seed
+        # put it, whatever the episode's seed; without --env-seed the episode's seed decides it
+        assert _draw_after_reset(env, seed=6) == _draw_after_reset(env, seed=7)
+        env.env_seed = None
+        assert _draw_after_reset(env, seed=6) != _draw_after_reset(env, seed=7)
+        assert _draw_after_reset(env, seed=6) == _draw_after_reset(env, seed=6)
+    finally:
+        env.close()
+    assert LiberoEnv("libero_spatial", 0, resolution=RES, max_steps=9, step_budgets="libero_spatial=400").max_steps == 9
+
+
+def _draw_after_reset(env, seed):
+    env.reset(seed=seed, init_state=0)
+    return np.random.random()
 
 
 def test_libero_doctor_reports_a_working_install(libero_registry):

@@ -19,6 +19,8 @@ import asyncio
 import os
 import socket
 import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import List, Optional
 
@@ -154,10 +156,33 @@ def stubs_for_workers(monkeypatch) -> None:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(STUBS), os.environ.get("PYTHONPATH")])))
 
 
-def free_port() -> int:
+def listening_ports() -> set:
+    """The TCP ports this process listens on (from /proc: a server that binds port 0 itself
+    tells its port this way, with no pick-release-rebind race)."""
+    inodes = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            fields = row.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+@contextmanager
+def closed_port():
+    """A port on which nothing listens, held bound (not listening) so that no one else takes it:
+    a connection to it is refused."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        yield s.getsockname()[1]
 
 
 class UpstreamWebsocketServer:
@@ -167,17 +192,16 @@ class UpstreamWebsocketServer:
     def __init__(self, policy):
         from wan_va.utils.Simple_Remote_Infer.deploy.websocket_policy_server import WebsocketPolicyServer
 
-        self.port = free_port()
-        self.server = WebsocketPolicyServer(policy, host="127.0.0.1", port=self.port)
+        before = listening_ports()
+        self.server = WebsocketPolicyServer(policy, host="127.0.0.1", port=0)  # it binds once, we read the port
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
-        for _ in range(200):  # until it accepts connections
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                threading.Event().wait(0.05)
+        deadline = time.monotonic() + 30
+        while not (new := listening_ports() - before):
+            assert self.thread.is_alive() and time.monotonic() < deadline, "upstream's server never listened"
+            time.sleep(0.02)
+        (self.port,) = new
 
     def _run(self):
         asyncio.set_event_loop(self.loop)

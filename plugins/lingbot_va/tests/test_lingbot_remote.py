@@ -11,7 +11,7 @@ import pytest
 from wamcore.errors import ConfigurationError, ProtocolError, RemoteError, WorkerError
 from wam_lingbot_va.remote import WebsocketServer, check_health, pack, parse_address, unpack
 
-from lingbot_standins import StandInServer, UpstreamWebsocketServer, free_port
+from lingbot_standins import StandInServer, UpstreamWebsocketServer, closed_port
 
 
 @pytest.fixture(scope="module")
@@ -97,5 +97,5 @@ def test_health_route_and_a_server_error_frame():
         client.close()
     finally:
         server.stop()
-    with pytest.raises(WorkerError, match="does not answer"):
-        check_health("127.0.0.1", free_port(), timeout_s=2)
+    with closed_port() as port, pytest.raises(WorkerError, match="does not answer"):
+        check_health("127.0.0.1", port, timeout_s=2)

@@ -17,7 +17,7 @@ from wam_openpi.layouts import LIBERO, ROBOTWIN, axis_angle_to_quat, quat_to_axi
 from wam_openpi.plugin import served_actions
 from wamcore import AdapterContract, ConfigurationError, Observation
 from wamcore.errors import ObservationError, PredictionError
-from wamcore.openpi.layouts import layout_for
+from wamcore.openpi.layouts import inject_default_prompt, layout_for
 
 
 def unit_quaternions(n: int, seed: int = 0) -> np.ndarray:
@@ -99,10 +99,51 @@ def test_layouts_refuse_wrong_keys_naming_them():
         LIBERO.observation({**request, "observation/state": np.zeros(9)}, contract)
     aloha = ROBOTWIN.request(Observation(images={r: np.zeros((8, 8, 3), np.uint8) for r in ROBOTWIN.cameras},
                                          state={"joint_targets": np.zeros(14)}, instruction="x"), "x", 0)
-    with pytest.raises(ObservationError, match="'images': missing key 'cam_left_wrist'"):
-        ROBOTWIN.observation({**aloha, "images": {"cam_high": aloha["images"]["cam_high"]}}, ROBOTWIN.contract(50))
     with pytest.raises(ObservationError, match="'images' must be a map"):
         ROBOTWIN.observation({**aloha, "images": np.zeros(3)}, ROBOTWIN.contract(50))
+
+
+def aloha_real_observation(seed: int = 0) -> dict:
+    """What openpi's ``examples/aloha_real/env.py`` ``get_observation`` returns: the four
+    cameras of ``real_env.py`` (480x640x3 uint8) through openpi-client's ``resize_with_pad`` to
+    224x224 and ``convert_to_uint8``, then ``einops.rearrange(img, "h w c -> c h w")`` (a
+    transpose); ``state`` the 14 qpos; no prompt."""
+    rng = np.random.default_rng(seed)
+    images = {}
+    for name in ("cam_high", "cam_low", "cam_left_wrist", "cam_right_wrist"):
+        img = image_tools.convert_to_uint8(image_tools.resize_with_pad(rng.integers(0, 256, (480, 640, 3), np.uint8), 224, 224))
+        images[name] = np.transpose(img, (2, 0, 1))
+    return {"state": rng.standard_normal(14), "images": images}
+
+
+def test_aloha_takes_what_openpis_aloha_inputs_takes():
+    """openpi's ``AlohaInputs`` (``src/openpi/policies/aloha_policy.py``): cameras among
+    cam_high, cam_low, cam_left_wrist, cam_right_wrist; cam_high required; a missing wrist a
+    black image of cam_high's size; cam_low unused. The prompt: the server's default."""
+    contract = ROBOTWIN.contract(50)
+    real = aloha_real_observation()
+    with pytest.raises(ObservationError, match="missing key 'prompt'.*wam serve --default-prompt"):
+        ROBOTWIN.observation(real, contract)
+    obs = ROBOTWIN.observation(inject_default_prompt(real, "fold the towel"), contract)
+    assert obs.instruction == "fold the towel" and np.array_equal(obs.state["joint_targets"], real["state"])
+    for role, name in (("head", "cam_high"), ("left_wrist", "cam_left_wrist"), ("right_wrist", "cam_right_wrist")):
+        assert np.array_equal(obs.images[role], np.transpose(real["images"][name], (1, 2, 0)))
+    with_prompt = {**real, "prompt": "uncap the pen"}
+    assert ROBOTWIN.observation(inject_default_prompt(with_prompt, "fold the towel"), contract).instruction == "uncap the pen"
+    wrists = ("cam_left_wrist", "cam_right_wrist")
+    for kept in [(), ("cam_low",), ("cam_left_wrist",), ("cam_right_wrist", "cam_low"), wrists]:
+        subset = {name: real["images"][name] for name in ("cam_high", *kept)}
+        obs = ROBOTWIN.observation({**real, "images": subset, "prompt": "x"}, contract)
+        for role, name in (("left_wrist", "cam_left_wrist"), ("right_wrist", "cam_right_wrist")):
+            expected = real["images"][name] if name in kept else np.zeros_like(real["images"]["cam_high"])
+            assert np.array_equal(obs.images[role], np.transpose(expected, (1, 2, 0))), (kept, role)
+    small_head = {"cam_high": np.zeros((3, 8, 12), np.uint8)}
+    assert ROBOTWIN.observation({**real, "images": small_head, "prompt": "x"}, contract).images["left_wrist"].shape == (8, 12, 3)
+    with pytest.raises(ObservationError, match="needs 'cam_high', the base image"):
+        ROBOTWIN.observation({**real, "images": {n: real["images"][n] for n in wrists}, "prompt": "x"}, contract)
+    with pytest.raises(ObservationError, match="camera\\(s\\) 'cam_front'; openpi's AlohaInputs accepts cam_high, cam_low"):
+        ROBOTWIN.observation({**real, "images": {**real["images"], "cam_front": real["images"]["cam_low"]},
+                              "prompt": "x"}, contract)
 
 
 def test_a_model_needing_what_openpis_keys_lack_is_refused_at_start():

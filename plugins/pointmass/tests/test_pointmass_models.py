@@ -99,7 +99,7 @@ def test_candidate_actions_are_returned_with_their_future(wam):
 
 @pytest.mark.parametrize(
     "candidate, match",
-    [(np.zeros((3, 2), np.float32), "shape"), (np.full((CHUNK, 2), 2.0, np.float32), "bounds")],
+    [(np.zeros((3, 2), np.float32), "shape"), (np.full((CHUNK, 2), 2.0, np.float32), "beyond the high bound")],
 )
 def test_malformed_candidates_are_refused_before_the_model_runs(candidate, match):
     calls = []
@@ -125,7 +125,7 @@ def test_a_batch_answers_each_request_as_a_single_prediction_would():
         requests.append(PredictRequest(observation=env.reset(seed=seed), candidate_actions=candidate))
     requests[4] = PredictRequest(observation=env.reset(seed=4), candidate_actions=np.full((CHUNK, 2), 2.0, np.float32))
     batched = service.predict_batch([(r, "s") for r in requests])
-    assert isinstance(batched[4], ActionError) and "bounds" in str(batched[4])
+    assert isinstance(batched[4], ActionError) and "beyond the high bound" in str(batched[4])
     for i, (request, pred) in enumerate(zip(requests, batched)):
         if i == 4:
             continue

@@ -9,7 +9,7 @@ import pytest
 
 import robotwin_testmodels as models
 from wamcore import ActionError, LocalModel, ModelConfig, ModelService, Registry
-from wamcore.errors import EnvironmentFailure
+from wamcore.errors import ConfigurationError, EnvironmentFailure
 from wamcore.execution import evaluate, run_episode, wam_act
 from wamcore.testing import check_platform
 import wam_robotwin.plugin as plugin
@@ -71,6 +71,18 @@ def test_episodes_are_upstream_expert_solved_seeds(make):
     assert len(calls(env, "play_once")) == 4  # accepted seeds are remembered, the expert is not rerun
     env.reset(seed=1)
     assert env.sim_seed == 200000
+
+
+def test_seed_stride_is_lingbot_vas_own_client_range(make):
+    """``--seed-stride 10000``: LingBot-VA's client counts from ``10000 * (1 + seed)``
+    (its ``evaluation/robotwin/eval_polict_client_openpi.py``); the expert check is the same."""
+    env = make(seed_stride=10_000)
+    env.reset(seed=0, episode=0)
+    assert env.sim_seed == 10000 and [c[1]["seed"] for c in calls(env, "play_once")] == [10000]
+    env.reset(seed=2)
+    assert env.sim_seed == 30000
+    with pytest.raises(ConfigurationError, match="seed_stride must be >= 1"):
+        make(seed_stride=0)
 
 
 def test_expert_check_errors_stop_after_a_bound(make):

@@ -60,7 +60,9 @@ def deployment(tmp_path, libero_recipe, rollout):
     stats_path.write_text(json.dumps(STATS))
     cache = tmp_path / "text_cache"
 
-    def make(family="mot"):
+    def make(family="mot", stats=None):
+        if stats is not None:
+            stats_path.write_text(json.dumps(stats))
         cfg = apply_overrides(libero_recipe(family), [f"data.action_stats_path={stats_path}",
                                                       f"data.state_stats_path={stats_path}",
                                                       f"data.text_embedding_cache_dir={cache}", "data.dataset_dirs=[]"])
@@ -154,6 +156,46 @@ def test_each_convention_mistake_is_caught(deployment, rollout, monkeypatch, mut
     pred = predict(native, obs=obs)
     with pytest.raises(AssertionError):
         assert_matches_rollout(rollout, cfg, obs, standin.calls[0], pred.actions)
+
+
+def test_a_state_beyond_the_clamp_is_clamped_as_rollout(deployment, rollout):
+    """A state far outside the statistics normalises beyond +-5: rollout clamps it there."""
+    make, cache = deployment
+    cfg, stats = make()
+    native, standin = model(cfg, stats, cache)
+    far = observation()
+    far = Observation(images=far.images, instruction=far.instruction,
+                      state={**far.state, "eef_position": np.array([40.0, -40.0, 1.17])})
+    pred = predict(native, obs=far)
+    (call,) = standin.calls
+    proprio = call["proprio"].flatten()
+    assert proprio[0].item() == 5.0 and proprio[1].item() == -5.0  # clamped, not 2 (x - min) / (max - min) - 1
+    assert_matches_rollout(rollout, cfg, far, call, pred.actions)
+
+
+def test_longer_state_statistics_are_sliced_as_rollout(deployment, rollout, tmp_path):
+    """``rollout._stat_tensor`` uses the first 8 of longer state statistics; fewer is an error."""
+    make, cache = deployment
+    longer = json.loads(json.dumps(STATS))
+    for key in ("min", "max", "mean", "std", "count"):
+        longer["state"][key] = longer["state"][key] + [-9.0, 9.0]
+    cfg, stats = make(stats=longer)
+    assert stats.state["min"].shape == (8,) and np.array_equal(stats.state["min"], np.float32(STATS["state"]["min"]))
+    native, standin = model(cfg, stats, cache)
+    obs = observation()
+    pred = predict(native, obs=obs)
+    assert_matches_rollout(rollout, cfg, obs, standin.calls[0], pred.actions)
+    shorter = json.loads(json.dumps(STATS))
+    shorter["state"]["max"] = shorter["state"]["max"][:7]
+    path = tmp_path / "short.json"
+    path.write_text(json.dumps(shorter))
+    with pytest.raises(CheckpointError, match="state.max has 7 values, fewer than the 8 of the libero proprio"):
+        load_stats(path, "libero", action_dim=7, state_dim=8)
+    longer_actions = json.loads(json.dumps(STATS))
+    longer_actions["action"]["max"] = longer_actions["action"]["max"] + [1.0]
+    path.write_text(json.dumps(longer_actions))
+    with pytest.raises(CheckpointError, match="action.max has shape \\(8,\\), expected \\(7,\\)"):
+        load_stats(path, "libero", action_dim=7, state_dim=8)
 
 
 def test_gripper_maps_starwam_open_to_libero_open(deployment):

@@ -142,8 +142,7 @@ def test_unreadable_and_oversized_replies_are_refused():
 
 
 def test_unreachable_server_says_how_to_start_one():
-    with socket.socket() as s:
+    with socket.socket() as s:  # held bound, not listening: nothing else takes the port, connecting is refused
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with pytest.raises(WorkerError, match="examples.robotwin.policy_server"):
-        client(port)
+        with pytest.raises(WorkerError, match="examples.robotwin.policy_server"):
+            client(s.getsockname()[1])

@@ -69,3 +69,11 @@ def pin_command(directory, out, source):
 @hookimpl
 def wam_register_commands(cli):
     cli.add_command(pin_command)
+
+
+@hookimpl
+def wam_register_protocols(register):
+    from .protocols import PROTOCOLS
+
+    for protocol in PROTOCOLS:
+        register(protocol)

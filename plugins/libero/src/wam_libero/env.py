@@ -32,7 +32,7 @@ from wamcore.validation import validate_actions
 
 from .render import apply_fast_render
 from .spec import DEFAULT_RESOLUTION, LIBERO_CONTROL, observation_spec
-from .suites import NOOP_ACTION, SETTLE_STEPS, resolve_suite, single_index, within
+from .suites import NOOP_ACTION, SETTLE_STEPS, budget_for, parse_budgets, resolve_suite, single_index, within
 from .upstream import import_simulator, load_task, stdout_to_stderr
 
 CAMERAS = {"primary": "agentview", "wrist": "robot0_eye_in_hand"}
@@ -95,7 +95,13 @@ class LiberoEnv:
         settle_steps: int = SETTLE_STEPS,
         max_steps: Optional[int] = None,
         seed: int = 0,
+        step_budgets: Any = None,
+        env_seed: Optional[int] = None,
+        episode_seeds: Optional[str] = None,
     ):
+        """``step_budgets``: per-suite budgets (``--step-budgets``; ``max_steps`` wins);
+        ``env_seed``: the simulator's seed at every reset instead of the episode's;
+        ``episode_seeds`` is how ``wam eval`` plans seeds (``wam_libero.episodes``), unused here."""
         self.suite = resolve_suite(suite)
         self.task_index = single_index(task, "task")
         self.default_init_state = 0 if init_state is None else single_index(init_state, "init-state")
@@ -108,8 +114,9 @@ class LiberoEnv:
             raise ConfigurationError(f"--max-steps must be >= 1, got {max_steps}")
         self.fast_render = bool(fast_render)
         self.settle_steps = int(settle_steps)
-        self.max_steps = int(max_steps) if max_steps is not None else self.suite.max_steps
+        self.max_steps = int(max_steps) if max_steps is not None else budget_for(self.suite, parse_budgets(step_budgets))
         self.default_seed = int(seed)
+        self.env_seed = None if env_seed is None else int(env_seed)
         self.observation_spec = observation_spec(self.resolution)
         self.steps = 0
         sim = import_simulator()
@@ -159,11 +166,12 @@ class LiberoEnv:
         index = self.default_init_state if init_state is None else int(init_state)
         within([index], self.init_state_count, "init state", f"{self.suite.name} task {self.task_index}")
         seed = self.default_seed if seed is None else int(seed)
+        sim_seed = seed if self.env_seed is None else self.env_seed
         env = self._live()
         self._gl.make_current()
         with stdout_to_stderr():
-            env.seed(seed)  # LIBERO seeds numpy's global RNG (its placement samplers use it)
-            random.seed(seed)  # and Python's, which a snapshot holds too: one episode, one snapshot
+            env.seed(sim_seed)  # LIBERO seeds numpy's global RNG (its placement samplers use it)
+            random.seed(sim_seed)  # and Python's, which a snapshot holds too: one episode, one snapshot
             env.reset()
             _fresh_grippers(env.env)
             raw = env.set_init_state(self.task.init_states[index])
@@ -171,7 +179,8 @@ class LiberoEnv:
             for _ in range(self.settle_steps):
                 raw, _reward, _done, _info = env.step(noop)
         self.steps = 0
-        self.episode = {"suite": self.suite.name, "task": self.task_index, "init_state": index, "seed": seed}
+        self.episode = {"suite": self.suite.name, "task": self.task_index, "init_state": index, "seed": seed,
+                        "env_seed": sim_seed}
         self._set_raw(raw)
         return self.observe()
 

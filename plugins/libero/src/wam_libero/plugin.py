@@ -12,6 +12,7 @@ from wamcore import PlatformSpec, hookimpl
 from wamcore.specs import Intervention, Option, Requirement
 
 from .spec import DEFAULT_RESOLUTION, LIBERO_CONTROL, LIBERO_OBSERVATION, PLATFORM, observation_spec
+from .episodes import EPISODE_SEEDINGS
 from .suites import SETTLE_STEPS
 from .upstream import SIM_INSTALL
 
@@ -31,6 +32,15 @@ OPTIONS = (
            help="No-op steps [0,0,0,0,0,0,-1] after loading the init state, not counted in the budget."),
     Option("max-steps", "int", None,
            help="Action budget per episode (default per suite: spatial 220, object 280, goal 300, 10 520, 90 400)."),
+    Option("step-budgets", "str", None,
+           help="Per-suite action budgets, e.g. 'libero_spatial=400,libero_10=700' (a LIBERO-Pro suite takes its "
+                "base suite's; unnamed suites keep the default); --max-steps wins over it."),
+    Option("episode-seeds", "choice", "derived", choices=EPISODE_SEEDINGS,
+           help="Each episode's seed (the model's noise seed; the simulator's too unless --env-seed): derived: from "
+                "--seed and the episode's suite/task/init state, distinct per episode; offset: --seed + init state "
+                "index; fixed: --seed for every episode."),
+    Option("env-seed", "int", None,
+           help="Seed the simulator with this at every reset instead of the episode's seed."),
 )
 
 

@@ -13,7 +13,7 @@ libero_90) gets the longer of the two budgets, 520.
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import attrs
 
@@ -81,6 +81,33 @@ def resolve_suite(name: str) -> Suite:
     )
 
 
+def parse_budgets(value: Any) -> Dict[str, int]:
+    """Per-suite step budgets from ``"libero_spatial=400,libero_10=700"`` (``--step-budgets``)
+    or a mapping (an evaluation protocol's); None: none."""
+    if value is None or value == "":
+        return {}
+    pairs = value.items() if isinstance(value, Mapping) else (
+        part.split("=", 1) if "=" in part else (part, None) for part in str(value).split(",") if part.strip())
+    out: Dict[str, int] = {}
+    for name, steps in pairs:
+        try:
+            number = int(steps)
+        except (TypeError, ValueError):
+            raise ConfigurationError(f"--step-budgets expects SUITE=STEPS pairs, e.g. libero_10=700; got {value!r}") from None
+        if number < 1:
+            raise ConfigurationError(f"--step-budgets: a budget must be >= 1, got {name}={number}")
+        out[resolve_suite(str(name).strip()).name] = number
+    return out
+
+
+def budget_for(suite: Suite, budgets: Mapping[str, int]) -> int:
+    """The suite's budget: its own entry in ``budgets``, else its base suite's, else the standard one."""
+    for name in (suite.name, suite.base):
+        if name in budgets:
+            return budgets[name]
+    return suite.max_steps
+
+
 def parse_suites(value: str) -> List[Suite]:
     """A comma-separated list of suite names (``wam eval --suite libero_spatial,libero_goal``)."""
     names = [part for part in str(value).split(",") if part.strip()]
@@ -144,6 +171,8 @@ __all__ = [
     "NOOP_ACTION",
     "Suite",
     "resolve_suite",
+    "parse_budgets",
+    "budget_for",
     "parse_suites",
     "parse_selection",
     "single_index",

@@ -18,7 +18,14 @@ RoboTwin, as RoboTwin 2.0's own openpi policy builds it (``policy/pi0/pi_model.p
 (``src/openpi/policies/aloha_policy.py``): ``images`` a map ``cam_high`` (head),
 ``cam_left_wrist``, ``cam_right_wrist`` of CHW uint8 images, ``state`` the 14-D
 ``joint_action.vector``, ``prompt``. Actions: ``[T, 14]`` qpos, the first 14 of
-``AlohaOutputs``.
+``AlohaOutputs``. Served (``wam serve --protocol openpi``), the layout takes what openpi's
+``AlohaInputs`` takes: any of ``cam_high``, ``cam_low``, ``cam_left_wrist``,
+``cam_right_wrist`` (``EXPECTED_CAMERAS``; another name is refused), ``cam_high`` always (it
+"assume[s] that base image always exists"), a missing wrist camera replaced by a black image
+the size of ``cam_high`` (``np.zeros_like(base_image)``), ``cam_low`` read by no input of the
+policy, so ignored; so openpi's real ALOHA client (``examples/aloha_real/env.py``: all four
+cameras at 224x224, no prompt) is served. A missing prompt is the server's default prompt
+(``wam serve --default-prompt``, as openpi's ``InjectDefaultPrompt``), else refused.
 """
 
 from __future__ import annotations
@@ -194,6 +201,9 @@ class AlohaLayout(_Layout):
     IMAGES, STATE = "images", "state"
     cameras = {"head": "cam_high", "left_wrist": "cam_left_wrist", "right_wrist": "cam_right_wrist"}
     state_sizes = {"joint_targets": 14}
+    #: openpi's AlohaInputs.EXPECTED_CAMERAS: every camera name a request may carry
+    ACCEPTED = ("cam_high", "cam_low", "cam_left_wrist", "cam_right_wrist")
+    BASE = "cam_high"
 
     def request(self, obs: Observation, prompt: str, image_size: int) -> Dict[str, Any]:
         def chw(role):
@@ -205,8 +215,8 @@ class AlohaLayout(_Layout):
 
     def keys(self, contract: AdapterContract) -> Dict[str, str]:
         return {
-            self.IMAGES: f"map of {', '.join(self.cameras.values())} (head, left and right wrist cameras): "
-                         f"3x{_size(contract, 'head')} uint8",
+            self.IMAGES: f"map of cam_high (head, required), cam_left_wrist, cam_right_wrist (missing: black, as "
+                         f"openpi's AlohaInputs), cam_low (ignored, as there): 3x{_size(contract, 'head')} uint8",
             self.STATE: "14 numbers: RoboTwin's joint_action.vector (left 6 joints, left gripper, right 6, right gripper)",
             PROMPT: "the task instruction (str)",
         }
@@ -217,13 +227,19 @@ class AlohaLayout(_Layout):
         state = _vector(message, self.STATE, 14, "RoboTwin's joint_action.vector", problems)
         images = message[self.IMAGES]
         if isinstance(images, Mapping):
-            problems += [f"{self.IMAGES!r}: {p}" for p in check_keys(images, {n: "3xHxW uint8" for n in self.cameras.values()})]
+            unknown = sorted(repr(k)[:40] for k in images if k not in self.ACCEPTED)
+            if unknown:
+                problems.append(f"{self.IMAGES!r} has camera(s) {', '.join(unknown[:10])}; openpi's AlohaInputs accepts "
+                                f"{', '.join(self.ACCEPTED)}")
+            if self.BASE not in images:
+                problems.append(f"{self.IMAGES!r} needs {self.BASE!r}, the base image openpi's AlohaInputs requires")
         else:
             problems.append(f"{self.IMAGES!r} must be a map of camera name to image, got {type(images).__name__}")
         raise_problems(problems, self.name)
+        base = images[self.BASE]
         hwc = {}
         for role, name in self.cameras.items():
-            img = images[name]
+            img = images[name] if name in images else np.zeros_like(base)  # AlohaInputs: a black image, masked there
             hwc[role] = np.ascontiguousarray(img.transpose(1, 2, 0)) if isinstance(img, np.ndarray) and img.ndim == 3 else img
         return Observation(images=hwc, state={"joint_targets": state},
                            instruction=message[PROMPT]).select(contract.cameras, contract.state)

@@ -76,3 +76,11 @@ OPENPI_REMOTE = ModelSpec(
 @hookimpl
 def wam_register_models(register):
     register(OPENPI_REMOTE)
+
+
+@hookimpl
+def wam_register_protocols(register):
+    from .protocols import PROTOCOLS
+
+    for protocol in PROTOCOLS:
+        register(protocol)

@@ -40,7 +40,7 @@ from wamcore.errors import ActionError, ConfigurationError, EnvironmentFailure
 from wamcore.validation import check_observation_spec, validate_actions
 
 from .config import TaskSetup, load_setup
-from .episodes import first_candidate_seed
+from .episodes import SEED_STRIDE, first_candidate_seed
 from .install import import_failure, require_robotwin
 from .observation import physical_observation
 from .spec import EE_QUATERNION_TOLERANCE, ROBOTWIN_CONTROL, ROBOTWIN_EE_CONTROL
@@ -117,7 +117,10 @@ class RoboTwinEnv:
         instruction_type: str = "unseen",
         step_limit: Optional[int] = None,
         control: Optional[str] = None,
+        seed_stride: int = SEED_STRIDE,
     ):
+        if int(seed_stride) < 1:
+            raise ConfigurationError(f"seed_stride must be >= 1, got {seed_stride}")
         if control is not None and control not in CONTROLS:
             raise ConfigurationError(f"control must be one of {sorted(CONTROLS)}, got {control!r}")
         if instruction_type not in INSTRUCTION_TYPES:
@@ -131,6 +134,7 @@ class RoboTwinEnv:
         self.observation_spec = setup.observation_spec
         self.max_steps = int(step_limit) if step_limit is not None else setup.step_limit
         self.instruction_type = instruction_type
+        self.seed_stride = int(seed_stride)
         self.sim_seed: Optional[int] = None
         self._describe = describe
         self._unstable = unstable_error
@@ -166,7 +170,7 @@ class RoboTwinEnv:
         accepted = self._accepted.setdefault(base, [])
         errors: List[str] = []
         while len(accepted) <= episode:
-            candidate = self._next_candidate.get(base, first_candidate_seed(base))
+            candidate = self._next_candidate.get(base, first_candidate_seed(base, self.seed_stride))
             self._next_candidate[base] = candidate + 1
             info, error = self._expert_check(candidate, len(accepted))
             if info is not None:
@@ -305,6 +309,7 @@ def make_env(
     instruction_type: str = "unseen",
     step_limit: Optional[int] = None,
     control: Optional[str] = None,
+    seed_stride: int = SEED_STRIDE,
 ) -> RoboTwinEnv:
     """The platform's env factory (``PlatformSpec.make_env``): check the checkout, read its
     configs, import the task from it and build the env; ``control`` chooses the action type."""
@@ -315,5 +320,5 @@ def make_env(
         instance = task_cls()
     return RoboTwinEnv(
         instance, setup, describe=describe, unstable_error=unstable,
-        instruction_type=instruction_type, step_limit=step_limit, control=control,
+        instruction_type=instruction_type, step_limit=step_limit, control=control, seed_stride=seed_stride,
     )

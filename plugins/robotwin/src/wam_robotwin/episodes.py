@@ -16,11 +16,12 @@ from wamcore.specs import Episode
 SEED_STRIDE = 100_000
 
 
-def first_candidate_seed(seed: int) -> int:
-    """Upstream's ``st_seed``: seed 0 starts at 100000, seed 1 at 200000."""
+def first_candidate_seed(seed: int, stride: int = SEED_STRIDE) -> int:
+    """Upstream's ``st_seed``: seed 0 starts at 100000, seed 1 at 200000 (``stride`` 100000;
+    LingBot-VA's own client uses 10000: ``evaluation/robotwin/eval_polict_client_openpi.py``)."""
     if seed < 0:
         raise ValueError(f"RoboTwin seeds are >= 0, got {seed}")
-    return SEED_STRIDE * (1 + int(seed))
+    return int(stride) * (1 + int(seed))
 
 
 def plan_episodes(options: Mapping[str, Any], count: int, seed: int) -> List[Episode]:

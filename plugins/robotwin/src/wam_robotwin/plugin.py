@@ -8,7 +8,7 @@ from __future__ import annotations
 from wamcore import Option, PlatformSpec, hookimpl
 
 from .config import observation_for
-from .episodes import plan_episodes
+from .episodes import SEED_STRIDE, plan_episodes
 from .install import INSTALL_GUIDE, ROOT_ENV, doctor_checks
 from .spec import PLATFORM, ROBOTWIN_CONTROL, ROBOTWIN_EE_CONTROL, ROBOTWIN_OBSERVATION
 
@@ -44,6 +44,13 @@ OPTIONS = (
         type="int",
         default=None,
         help="Actions (take_action calls) per episode (default: the task's task_config/_eval_step_limit.yml value).",
+    ),
+    Option(
+        "seed-stride",
+        type="int",
+        default=SEED_STRIDE,
+        help="Episodes of --seed S are the expert-solvable simulator seeds from STRIDE*(1+S) on (upstream's "
+             "script/eval_policy.py: 100000; LingBot-VA's own client: 10000).",
     ),
 )
 

@@ -10,7 +10,11 @@ LIBERO normalises min-max (``rollout._normalize_state``, ``_denormalize_action``
     action <- (clamp(y, -1, 1) + 1) * 0.5 * max(max - min, 1e-6) + min
 
 RoboTwin z-scores (``eval.policy._normalize_vector``, ``_denormalize_action``) inside
-StarwamPolicy, so this module only checks that file. The arithmetic below is upstream's, in
+StarwamPolicy, so this module only checks that file.
+
+State statistics longer than the proprio are cut to its length, as upstream does
+(``rollout._stat_tensor``: ``value[:dim]``, shorter is an error; ``_normalize_vector``:
+``stats[...][:dim]``); action statistics are used whole, so they must match the action. The arithmetic below is upstream's, in
 the same order and precision, so results are bit-identical (tests compare them).
 """
 
@@ -80,7 +84,13 @@ def load_stats(path: Union[str, Path], platform: str, *, action_dim: int, state_
             except (TypeError, ValueError):
                 problems.append(f"{part}.{key} is not a list of numbers")
                 continue
-            if values.shape != (dim,):
+            if part == "state" and values.ndim == 1 and values.shape[0] > dim:
+                values = values[:dim]  # upstream's _stat_tensor
+            if part == "state" and values.ndim == 1 and values.shape[0] < dim:
+                problems.append(f"{part}.{key} has {values.shape[0]} values, fewer than the {dim} of the {platform} "
+                                f"proprio (upstream: \"state stats {key} dim {values.shape[0]} is smaller than proprio "
+                                f"dim {dim}\")")
+            elif values.shape != (dim,):
                 problems.append(f"{part}.{key} has shape {values.shape}, expected ({dim},) for {platform}")
             elif not np.isfinite(values).all():
                 problems.append(f"{part}.{key} is not finite")

@@ -88,3 +88,11 @@ def test_weights_command(out, platform, checkpoint_family, layers, width, seed, 
 @hookimpl
 def wam_register_commands(cli):
     cli.add_command(test_weights_command)
+
+
+@hookimpl
+def wam_register_protocols(register):
+    from .protocols import PROTOCOLS
+
+    for protocol in PROTOCOLS:
+        register(protocol)

@@ -1,0 +1,61 @@
+"""``wam eval --protocol NAME|list``: the option, and applying it to the parsed options."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import click
+
+from ..errors import WamError
+from ..eval_protocols import AppliedProtocol, apply_protocol, format_protocols
+from .common import _registry, default_backend
+
+
+def _list(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
+    if value is not None and value.strip().lower() == "list":
+        click.echo(format_protocols(_registry(ctx).protocols()))
+        ctx.exit(0)
+    return value
+
+
+def protocol_option() -> click.Option:
+    return click.Option(
+        ["--protocol"], default=None, metavar="NAME|list", is_eager=True, expose_value=True, callback=_list,
+        help="Evaluate under a model's published protocol (step budgets, settle steps, seeds, replanning), as its "
+             "upstream script does; flags given here still win and are recorded as overrides. 'list' shows them.",
+    )
+
+
+def resolve_protocol(ctx: click.Context, kwargs: Dict[str, Any]) -> Optional[AppliedProtocol]:
+    """Apply ``--protocol`` to ``kwargs`` (before the platform and model are resolved)."""
+    name = kwargs.pop("protocol", None)
+    if not name:
+        return None
+    reg = _registry(ctx)
+    protocol = reg.protocol(name)
+    platform = reg.platform(kwargs.get("platform") or "pointmass")
+    backend = kwargs.get("am_backend") or (None if kwargs.get("am_endpoint") else default_backend(reg, platform.name))
+    model_options = None
+    if backend is not None:
+        try:
+            spec = reg.model(backend)
+            backend, model_options = spec.name, [o.dest for o in spec.options]
+        except WamError:
+            pass  # installed only where its worker runs: apply_protocol says what it could not set
+    given = {p.name for p in ctx.command.params
+             if p.name and ctx.get_parameter_source(p.name) not in (None, click.core.ParameterSource.DEFAULT)}
+    applied = apply_protocol(
+        protocol, kwargs, platform=platform.name, backend=backend, given=given,
+        platform_options=[o.dest for o in platform.options], model_options=model_options,
+        endpoint=bool(kwargs.get("am_endpoint")),
+    )
+    for dest, over in applied.overrides.items():
+        click.echo(f"protocol {protocol.name}: --{dest.replace('_', '-')} {over['used']} given here overrides the "
+                   f"protocol's {over['protocol']} (recorded)", err=True)
+    for dest, skip in applied.not_applied.items():
+        click.echo(f"warning: protocol {protocol.name}: --{dest.replace('_', '-')} {skip['protocol']} not applied: "
+                   f"{skip['why']}", err=True)
+    return applied
+
+
+__all__ = ["protocol_option", "resolve_protocol"]
