@@ -229,7 +229,7 @@ def sweep(platform, model, cfg, composer, batches, label, flops=None):
                 ms = p50(lambda i: composer(*x, seeds))
             row = {"ms": ms, "per_obs_ms": round(ms / b, 2), "first_call_ms": first_ms, "peak_gb": peak_gb(),
                    "req0_vs_alone_max_abs": float((first[:1].float() - alone).abs().max())}
-            if flops and "tflops" in res.get("peak", {}):
+            if flops and res.get("peak", {}).get("tflops"):
                 row["tflops"] = round(flops * b / (ms / 1000) / 1e12, 2)
                 row["utilisation"] = round(row["tflops"] / res["peak"]["tflops"], 4)
             out[f"B{b}"] = row
@@ -301,11 +301,11 @@ def _flops():
         composer(*inputs(model, cfg, "libero", 1), [0])
     total = counter.get_total_flops()
     res["flops"] = {"per_chunk_gflop": round(total / 1e9, 1)}
-    if "tflops" in res.get("peak", {}):
+    lib["flops"] = total
+    if res.get("peak", {}).get("tflops"):  # none, or 0.0 on a CPU
         res["flops"]["compute_bound_ms_at_peak"] = round(total / (res["peak"]["tflops"] * 1e12) * 1000, 3)
         if res.get("base", {}).get("p50_ms"):
             res["flops"]["base_utilisation"] = round(total / (res["base"]["p50_ms"] / 1000) / 1e12 / res["peak"]["tflops"], 4)
-    lib["flops"] = total
 
 
 @stage("libero_eager")
