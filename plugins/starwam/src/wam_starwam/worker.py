@@ -8,6 +8,9 @@
   ``examples/robotwin/policy_server.py``); each prediction is one ``policy.predict_chunk``.
 * ``--policy-server``: no model here; a client of a running upstream policy server
   (``wam_starwam.server_client``).
+* A batch of concurrent sessions' predictions (and, with ``--cuda-graphs``, every prediction)
+  runs through the family's batched path, composed from upstream's modules with each
+  request's own noise generator (``wam_starwam.batched``, ``wam_starwam.graphs``).
 
 Start-up order: options, files and pins, stats, the upstream package, the recipe, then the
 weights, each failure a typed error that says what to do. Every upstream call that loads a
