@@ -61,13 +61,25 @@ def test_weights() -> Path:
 
     key = hashlib.sha256(Path(generator.__file__).read_bytes()).hexdigest()[:12]
     out = Path(STARWAM_PYTHON).parents[1] / "test-weights" / f"seed0-l2-w256-{key}"
-    done = out / "complete"
+    _generate(out, "complete", [["--platform", "libero"], ["--platform", "robotwin"]])
+    return out
+
+
+@pytest.fixture(scope="session")
+def family_weights(test_weights) -> Path:
+    """``test_weights`` plus the LIBERO Shared-DiT and feature-conditioned checkpoints (same VAE)."""
+    _generate(test_weights, "complete-families",
+              [["--platform", "libero", "--checkpoint-family", f] for f in ("shared-dit", "feature-conditioned")])
+    return test_weights
+
+
+def _generate(out: Path, marker: str, runs) -> None:
+    done = out / marker
     if not done.is_file():
-        for platform in ("libero", "robotwin"):
+        for extra in runs:
             subprocess.run(
-                [STARWAM_PYTHON, "-m", "wamcore", "starwam-test-weights", str(out), "--platform", platform,
+                [STARWAM_PYTHON, "-m", "wamcore", "starwam-test-weights", str(out), *extra,
                  "--instruction", INSTRUCTION, "--instruction", "hand the block over"],
                 check=True, timeout=600, stdout=subprocess.DEVNULL,
             )
         done.write_text("ok")
-    return out

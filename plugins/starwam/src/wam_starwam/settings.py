@@ -41,6 +41,9 @@ OPTIONS = (
            help="Noise seed for requests without one [default: LIBERO 42 (rollout --seed); RoboTwin none]."),
     Option("fixed-seed", type="bool", default=False,
            help="Use --noise-seed for every chunk, ignoring the episode's seed (rollout --fixed-seed)."),
+    Option("cuda-graphs", type="bool", default=False,
+           help="Capture the batched path's video-DiT prefill and denoising steps as CUDA graphs, one per batch-size "
+                "bucket (1, 2, 4, 8, 16, 32), and replay them (MoT families, CUDA only)."),
     Option("starwam-root", type="path", help="The StarWAM checkout (default: $STARWAM_ROOT, else the editable install's)."),
     Option("recipe", type="path", help="A recipe YAML of your own instead of the family's (examples/*/configs/recipes)."),
     Option("am-pins", type="path", help="Pin file {\"pins\": {name: sha256}} adding to the shipped StarWAM pins."),
@@ -69,12 +72,12 @@ def _int(options: Mapping[str, Any], key: str, flag: str, problems: list, low: i
     return number
 
 
-def _bool(value: Any) -> bool:
+def _bool(value: Any, flag: str) -> bool:
     if isinstance(value, bool) or value is None:
         return bool(value)
     text = str(value).strip().lower()
     if text not in _TRUE | _FALSE:
-        raise ConfigurationError(f"--fixed-seed expects a boolean, got {value!r}")
+        raise ConfigurationError(f"{flag} expects a boolean, got {value!r}")
     return text in _TRUE
 
 
@@ -97,6 +100,7 @@ class Settings:
     replan_steps: int
     noise_seed: Optional[int]
     fixed_seed: bool
+    cuda_graphs: bool = False
     backbone: Optional[str] = None
     action_stats: Optional[str] = None
     text_cache: Optional[str] = None
@@ -121,7 +125,13 @@ class Settings:
         server = options.get("policy_server")
         if server and platform != "robotwin":
             problems.append("--policy-server speaks StarWAM's RoboTwin server protocol: use it with --platform robotwin")
-        fixed = _bool(options.get("fixed_seed"))
+        fixed = _bool(options.get("fixed_seed"), "--fixed-seed")
+        graphs = _bool(options.get("cuda_graphs"), "--cuda-graphs")
+        if graphs and fam.name != "mot":
+            problems.append(f"--cuda-graphs captures the MoT families' denoising; the {fam.name} family runs eagerly "
+                            "(see docs/models/starwam.md)")
+        if graphs and server:
+            problems.append("--cuda-graphs applies to a model loaded here, not to --policy-server")
         if fixed and seed is None and fam.noise_seed is None:
             problems.append("--fixed-seed needs --noise-seed on RoboTwin (the server's default is no seed)")
         if problems:
@@ -133,6 +143,7 @@ class Settings:
             replan_steps=replan if replan is not None else fam.replan_steps,
             noise_seed=seed if seed is not None else fam.noise_seed,
             fixed_seed=fixed,
+            cuda_graphs=graphs,
             backbone=options.get("backbone"),
             action_stats=options.get("action_stats"),
             text_cache=options.get("text_cache"),
@@ -157,6 +168,7 @@ class Settings:
             "replan_steps": self.replan_steps,
             "noise_seed": self.noise_seed,
             "fixed_seed": self.fixed_seed,
+            "cuda_graphs": self.cuda_graphs,
         }
 
 

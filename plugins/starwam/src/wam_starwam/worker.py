@@ -8,6 +8,9 @@
   ``examples/robotwin/policy_server.py``); each prediction is one ``policy.predict_chunk``.
 * ``--policy-server``: no model here; a client of a running upstream policy server
   (``wam_starwam.server_client``).
+* A batch of concurrent sessions' predictions (and, with ``--cuda-graphs``, every prediction)
+  runs through the family's batched path, composed from upstream's modules with each
+  request's own noise generator (``wam_starwam.batched``, ``wam_starwam.graphs``).
 
 Start-up order: options, files and pins, stats, the upstream package, the recipe, then the
 weights, each failure a typed error that says what to do. Every upstream call that loads a
@@ -38,6 +41,8 @@ from .settings import Settings
 #: a marker the test-weight generator writes beside what it generates (``testweights``)
 RANDOM_MARKER = "STARWAM_RANDOM_TEST_WEIGHTS.json"
 DIMS = {LIBERO: (LIBERO_DIM, 8), ROBOTWIN: (ROBOTWIN_DIM, 14)}
+#: the most requests one batched call takes (the largest CUDA-graph bucket, ``graphs.BUCKETS``)
+MAX_BATCH = 32
 
 
 def load(config: ModelConfig):
@@ -66,6 +71,10 @@ def load(config: ModelConfig):
     import torch
 
     device = torch.device(config.device or ("cuda:0" if torch.cuda.is_available() else "cpu"))
+    if settings.cuda_graphs:
+        from .graphs import require_cuda
+
+        require_cuda(device)
     overrides = [
         f"backbone.pretrained_model_id={files.backbone}",
         "framework.action_expert_init_from=null",  # the checkpoint holds every weight
@@ -159,8 +168,63 @@ class TextConditioning:
         return context[0].cpu(), mask[0].cpu()
 
 
-class LiberoModel:
-    """rollout.py's ``_predict_action_chunk`` with the adapter's inputs; one ``infer_action`` call."""
+class BatchedModel:
+    """What the LIBERO and RoboTwin models share: a batched path (``wam_starwam.batched``) for
+    the family when it has one (``max_batch`` 32, else 1), optionally replayed from CUDA graphs.
+
+    ``predict_native_batch`` conditions each request on its own first (image, text, state):
+    one that fails there (an instruction without a text-cache entry) gets its own error in
+    its slot and the others still run."""
+
+    max_batch = 1
+    composer = None
+
+    def batch_with(self, composer, why: str, cuda_graphs: bool) -> None:
+        """Serve batches through ``composer`` (``batched.composer_for``), or one at a time (``why``)."""
+        self.composer = composer
+        if cuda_graphs:
+            if composer is None:
+                raise ConfigurationError(f"--cuda-graphs captures the batched path, which this model has not: {why}")
+            composer.use_cuda_graphs()
+        self.max_batch = MAX_BATCH if composer is not None else 1
+        self.details["batching"] = {"max_batch": self.max_batch, "why_not": why or None,
+                                    **(self.composer.identity() if self.composer is not None else {})}
+
+    def _conditioned(self, native: dict, request: PredictRequest):
+        raise NotImplementedError
+
+    def _restored(self, pred) -> np.ndarray:
+        raise NotImplementedError
+
+    def _batch_of_one(self, native: dict, request: PredictRequest) -> np.ndarray:
+        (out,) = self.predict_native_batch([native], [request])
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    def predict_native_batch(self, natives: list, requests: list) -> list:
+        import torch
+
+        outputs: list = [None] * len(natives)
+        rows = []
+        for i, (native, request) in enumerate(zip(natives, requests)):
+            try:
+                rows.append((i, self._conditioned(native, request)))
+            except Exception as exc:  # this request's own inputs: only it fails
+                outputs[i] = exc
+        if rows:
+            parts = list(zip(*(r for _, r in rows)))
+            stacked = [None if p[0] is None else torch.cat(p, dim=0) for p in parts[:4]]
+            pred = self.composer(*stacked, list(parts[4]))
+            for (i, _), row in zip(rows, pred.split(1, dim=0)):
+                outputs[i] = self._restored(row)
+        return outputs
+
+
+class LiberoModel(BatchedModel):
+    """rollout.py's ``_predict_action_chunk`` with the adapter's inputs: one ``infer_action``
+    call per prediction; a batch (or, with ``--cuda-graphs``, any prediction) through the
+    family's batched path."""
 
     def __init__(self, model: Any, cfg: Any, settings: Settings, stats: Stats, text: TextConditioning, device, dtype):
         self.model, self.cfg, self.settings, self.stats, self.text = model, cfg, settings, stats, text
@@ -168,28 +232,34 @@ class LiberoModel:
         self.num_video_frames = len(range(0, int(cfg.data.num_frames), max(1, int(cfg.data.action_freq_ratio))))
         self.details: dict = {}
 
-    def predict_native(self, native: dict, request: PredictRequest) -> np.ndarray:
+    def _conditioned(self, native: dict, request: PredictRequest):
+        """``(image [1,3,H,W], context [1,L,D], mask [1,L], proprio [1,8], seed)`` on the model's device."""
         import torch
 
         device, dtype = self.torch_device, self.dtype
         image = torch.as_tensor(native["image"], dtype=torch.float32).permute(2, 0, 1).unsqueeze(0) * (2.0 / 255.0) - 1.0
         context, mask = self.text(native["instruction"])
         proprio = torch.from_numpy(self.stats.normalize_state_minmax(native["proprio"])).view(1, -1)
-        kwargs = {"proprio": proprio.to(device=device, dtype=dtype), "num_video_frames": self.num_video_frames}
+        return (image.to(device=device, dtype=dtype), context.unsqueeze(0).to(device=device, dtype=dtype),
+                mask.unsqueeze(0).to(device=device), proprio.to(device=device, dtype=dtype),
+                self.settings.seed_for(request.seed))
+
+    def _restored(self, pred) -> np.ndarray:
+        return gripper_to_libero(self.stats.restore_action_minmax(as_chunk(pred, LIBERO_DIM)))
+
+    def predict_native(self, native: dict, request: PredictRequest) -> np.ndarray:
+        import torch
+
+        if self.settings.cuda_graphs:
+            return self._batch_of_one(native, request)
+        image, context, mask, proprio, seed = self._conditioned(native, request)
+        kwargs = {"proprio": proprio, "num_video_frames": self.num_video_frames}
         if self.settings.action_inference_steps:
             kwargs["action_num_inference_steps"] = self.settings.action_inference_steps
         with torch.no_grad():
-            pred = self.model.infer_action(
-                input_image=image.to(device=device, dtype=dtype),
-                context=context.unsqueeze(0).to(device=device, dtype=dtype),
-                context_mask=mask.unsqueeze(0).to(device=device),
-                action_horizon=HORIZON,
-                num_inference_steps=self.settings.num_inference_steps,
-                seed=self.settings.seed_for(request.seed),
-                **kwargs,
-            )
-        action = as_chunk(pred, LIBERO_DIM)
-        return gripper_to_libero(self.stats.restore_action_minmax(action))
+            pred = self.model.infer_action(input_image=image, context=context, context_mask=mask, action_horizon=HORIZON,
+                                           num_inference_steps=self.settings.num_inference_steps, seed=seed, **kwargs)
+        return self._restored(pred)
 
 
 def _model_dtype(cfg, device):
@@ -202,6 +272,8 @@ def _model_dtype(cfg, device):
 
 def _load_libero(recipe: Path, overrides: list, files, settings: Settings, stats: Stats, device) -> LiberoModel:
     from starwam import build_framework
+
+    from .batched import composer_for
     from starwam.config import load_config
     from starwam.utils.config_cli import apply_overrides
 
@@ -214,23 +286,58 @@ def _load_libero(recipe: Path, overrides: list, files, settings: Settings, stats
     text_dim = int(model.backbone.info.text_dim)
     native = LiberoModel(model, cfg, settings, stats, TextConditioning(settings, files.backbone, text_dim, device, dtype),
                          device, dtype)
-    native.details = {"entry": "MoTWAM/SharedDiTWAM/FeatureConditioned infer_action (rollout.py)",
-                      "checkpoint_tensors": loaded, "dtype": str(dtype).replace("torch.", "")}
+    native.batch_with(*composer_for(model, horizon=HORIZON, steps=settings.num_inference_steps,
+                                    num_video_frames=native.num_video_frames,
+                                    action_steps=settings.action_inference_steps), cuda_graphs=settings.cuda_graphs)
+    native.details.update({"entry": "MoTWAM/SharedDiTWAM/FeatureConditioned infer_action (rollout.py)",
+                           "checkpoint_tensors": loaded, "dtype": str(dtype).replace("torch.", "")})
     return native
 
 
-class RoboTwinModel:
-    """upstream ``StarwamPolicy``; one ``predict_chunk`` per prediction, its text cache filled here."""
+class RoboTwinModel(BatchedModel):
+    """upstream ``StarwamPolicy``: one ``predict_chunk`` per prediction, its text cache filled
+    here; a batch (or, with ``--cuda-graphs``, any prediction) through the MoT batched path on
+    ``policy.model``, with StarwamPolicy's own state normalisation and action restoration."""
 
     def __init__(self, policy: Any, settings: Settings, text: TextConditioning):
         self.policy, self.settings, self.text = policy, settings, text
         self.details: dict = {}
 
-    def predict_native(self, native: dict, request: PredictRequest) -> np.ndarray:
-        task = native["instruction"]
+    def _fill_text(self, task: str) -> None:
         if task not in self.policy._text_cache:  # StarwamPolicy looks here before its own (unsafe) reader
             context, mask = self.text(task)
             self.policy._text_cache[task] = (context.unsqueeze(0), mask.unsqueeze(0))
+
+    def _conditioned(self, native: dict, request: PredictRequest):
+        """``predict_chunk``'s inputs to ``infer_action``, as it builds them."""
+        import torch
+        from starwam.eval.policy import _normalize_vector
+
+        policy = self.policy
+        image = compose_image(native["head"], native["left"], native["right"], policy.device, policy.dtype)
+        self._fill_text(native["instruction"])
+        context, mask = policy._encode_context(native["instruction"])
+        proprio, dim = None, getattr(policy.config.framework, "proprio_dim", None)
+        if dim:
+            proprio = torch.as_tensor(np.asarray(native["state"], dtype=np.float32)[:int(dim)]).view(1, int(dim))
+            if policy._state_stats is not None:
+                proprio = _normalize_vector(proprio, policy.config.data.state_norm_mode, policy._state_stats)
+            proprio = proprio.to(device=policy.device, dtype=policy.dtype)
+        return image, context, mask, proprio, self.settings.seed_for(request.seed)
+
+    def _restored(self, pred) -> np.ndarray:
+        from starwam.eval.policy import _denormalize_action
+
+        action = pred.detach().float().cpu()
+        if self.policy._action_stats is not None:
+            action = _denormalize_action(action, self.policy.config.data.action_norm_mode, self.policy._action_stats)
+        return as_chunk(action, ROBOTWIN_DIM)
+
+    def predict_native(self, native: dict, request: PredictRequest) -> np.ndarray:
+        if self.settings.cuda_graphs:
+            return self._batch_of_one(native, request)
+        task = native["instruction"]
+        self._fill_text(task)
         self.policy.seed = self.settings.seed_for(request.seed)
         image = compose_image(native["head"], native["left"], native["right"], self.policy.device, self.policy.dtype)
         return as_chunk(self.policy.predict_chunk(image, native["state"], task), ROBOTWIN_DIM)
@@ -242,6 +349,7 @@ class RoboTwinModel:
 def _load_robotwin(recipe: Path, overrides: list, files, settings: Settings, device) -> RoboTwinModel:
     from starwam.eval.policy import StarwamPolicy
 
+    from .batched import composer_for
     from starwam.config import load_config
     from starwam.utils.config_cli import apply_overrides
 
@@ -261,9 +369,11 @@ def _load_robotwin(recipe: Path, overrides: list, files, settings: Settings, dev
     checkpoint.check_coverage(sorted(expected - set(checkpoint.load_state(files.checkpoint))), files.checkpoint)
     text_dim = int(policy.model.backbone.info.text_dim)
     native = RoboTwinModel(policy, settings, TextConditioning(settings, files.backbone, text_dim, policy.device, policy.dtype))
-    native.details = {"entry": "starwam.eval.policy.StarwamPolicy.predict_chunk",
-                      "dtype": str(policy.dtype).replace("torch.", "")}
+    native.batch_with(*composer_for(policy.model, horizon=HORIZON, steps=policy.num_inference_steps,
+                                    num_video_frames=policy._sampled_video_frame_count()), cuda_graphs=settings.cuda_graphs)
+    native.details.update({"entry": "starwam.eval.policy.StarwamPolicy.predict_chunk",
+                           "dtype": str(policy.dtype).replace("torch.", "")})
     return native
 
 
-__all__ = ["load", "LiberoModel", "RoboTwinModel", "TextConditioning", "RANDOM_MARKER"]
+__all__ = ["load", "BatchedModel", "LiberoModel", "RoboTwinModel", "TextConditioning", "RANDOM_MARKER", "MAX_BATCH"]
