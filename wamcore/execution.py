@@ -31,6 +31,18 @@ STOP_REASONS = (NATIVE_SUCCESS, BUDGET_EXHAUSTED, COMPLETED, RUNTIME_FAILURE)
 StepCallback = Callable[[int, np.ndarray, Any, Prediction], None]
 
 
+class _Paused:
+    """Today's execution: the world waits while the model computes, then runs the chunk."""
+
+    @staticmethod
+    def chunk(model: ModelClient, request: PredictRequest) -> tuple:
+        pred = model.predict(request)
+        return pred, pred.actions
+
+
+PAUSED = _Paused()
+
+
 @attrs.frozen
 class ActResult:
     """What one ``wam_act`` call did. ``predictions`` keep every extra (futures, values)
@@ -54,13 +66,15 @@ def wam_act(
     seed: Optional[int] = None,
     options: Optional[Mapping[str, Any]] = None,
     on_step: Optional[StepCallback] = None,
+    execution: Any = None,
 ) -> ActResult:
     """Predict and execute at most ``max_chunks`` chunks.
 
     ``instruction`` overrides the task's instruction for these requests only. Actions are
     validated by ``model`` before the first one runs, so a malformed chunk executes
     nothing. Model errors propagate; an exception from the platform ends the call with
-    ``stop_reason="runtime_failure"``.
+    ``stop_reason="runtime_failure"``. ``execution`` (``wamcore.realtime``) says which
+    actions run per request while the world keeps moving; None: the world waits.
     """
     if max_chunks < 1:
         raise ValueError("max_chunks must be >= 1")
@@ -76,9 +90,9 @@ def wam_act(
         if env.steps >= env.max_steps:
             return ActResult(model.info.backend, chunk, steps, False, BUDGET_EXHAUSTED, tuple(predictions))
         request = PredictRequest(observation=env.observe(), instruction=instruction, seed=seed, options=dict(options or {}))
-        pred = model.predict(request)
+        pred, actions = (execution or PAUSED).chunk(model, request)
         predictions.append(pred)
-        for action in pred.actions:
+        for action in actions:
             if env.steps >= env.max_steps:
                 return ActResult(model.info.backend, chunk + 1, steps, False, BUDGET_EXHAUSTED, tuple(predictions))
             try:
@@ -112,9 +126,11 @@ class EpisodeResult:
     model: str = ""
     error: Optional[str] = None
     values: tuple = ()
+    #: the real-time strategy, latency and skipped actions per chunk (``wamcore.realtime``)
+    realtime: Optional[dict] = None
 
     def to_json(self) -> dict:
-        return {
+        record = {
             "key": self.key,
             "success": self.success,
             "steps": self.steps,
@@ -127,6 +143,9 @@ class EpisodeResult:
             "error": self.error,
             "values": list(self.values),
         }
+        if self.realtime is not None:
+            record["realtime"] = self.realtime
+        return record
 
 
 def run_episode(
@@ -142,12 +161,15 @@ def run_episode(
     on_step: Optional[StepCallback] = None,
     on_reset: Optional[Callable[[Any], None]] = None,
     platform: str = "",
+    execution: Any = None,
 ) -> EpisodeResult:
     """Reset the env and the model's session, then ``wam_act`` until the episode ends:
     native success, the step budget, a platform failure, or ``max_chunks`` chunks."""
     t0 = time.perf_counter()
     obs = env.reset(**dict(reset or {}))
     model.reset()
+    if execution is not None:
+        execution.reset()
     if on_reset is not None:
         on_reset(obs)
     chunks = steps = 0
@@ -155,7 +177,8 @@ def run_episode(
     error = None
     values = []
     while max_chunks is None or chunks < max_chunks:
-        act = wam_act(model, env, instruction, 1, seed=seed, options=options, on_step=on_step)
+        act = wam_act(model, env, instruction, 1, seed=seed, options=options, on_step=on_step,
+                       execution=execution)
         chunks += act.chunks
         steps += act.steps
         values.extend(float(p.values[0]) for p in act.predictions if p.values is not None and len(p.values))
@@ -174,6 +197,7 @@ def run_episode(
         model=model.info.backend,
         error=error,
         values=tuple(values),
+        realtime=execution.record() if execution is not None else None,
     )
 
 

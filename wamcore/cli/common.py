@@ -353,6 +353,52 @@ def _episode_options() -> List[click.Option]:
     ])
 
 
+REALTIME = "Real time"
+
+
+def realtime_options() -> List[click.Option]:
+    """``--realtime`` and its settings (``wamcore.realtime``; docs/evaluation.md#real-time)."""
+    return sectioned(REALTIME, [
+        click.Option(["--realtime"], is_flag=True,
+                     help="Simulated time advances while the model computes a chunk; records carry the strategy, "
+                          "the latency per chunk and the actions skipped."),
+        click.Option(["--execution"], default="pause", show_default=True, metavar="pause|hold|async[,...]",
+                     help="With --realtime: what the world does while a chunk is computed: waits (pause), runs the "
+                          "platform's hold action (hold), runs the rest of the current chunk (async). "
+                          "wam eval: a comma-separated list sweeps them."),
+        click.Option(["--latency-ms"], default="0", show_default=True, metavar="MS[,MS...]|measured",
+                     help="With --realtime: the latency of every chunk, injected (deterministic), or the model's "
+                          "measured wall time. wam eval: a comma-separated list sweeps it."),
+        click.Option(["--control-hz"], type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="With --realtime: actions per second (default: the platform's declared control rate)."),
+    ])
+
+
+def realtime_points(kwargs, *, sweep: bool) -> list:
+    """Pops the real-time options: the settings of every point to run, ``[None]`` without
+    ``--realtime``. Refuses real-time options without the flag, and a sweep where there is none."""
+    from ..realtime import Realtime, parse_executions, parse_latencies
+
+    on, execution, latency = kwargs.pop("realtime"), kwargs.pop("execution"), kwargs.pop("latency_ms")
+    hz = kwargs.pop("control_hz")
+    if not on:
+        if execution != "pause" or latency != "0" or hz is not None:
+            raise ConfigurationError("--execution, --latency-ms and --control-hz set real-time execution: add --realtime")
+        return [None]
+    executions, latencies = parse_executions(execution), parse_latencies(latency)
+    if not sweep and len(executions) * len(latencies) > 1:
+        raise ConfigurationError("wam run runs one episode: give one --execution and one --latency-ms (wam eval sweeps)")
+    return [Realtime(e, ms, hz) for e in executions for ms in latencies]
+
+
+def check_realtime(realtime, platform: PlatformSpec, options) -> None:
+    """Refuses, before anything starts, a strategy the platform cannot execute."""
+    if realtime is not None:
+        from ..realtime import strategy_for
+
+        strategy_for(realtime, platform, platform.control_for(options))
+
+
 # ----------------------------------------------------------------------------- checks before work
 
 

@@ -17,8 +17,8 @@ import click
 from .. import __version__
 from ..errors import ConfigurationError, WamError
 from ..specs import PlatformSpec
-from .common import (DEVICE_STORY, PairedCommand, _episode_options, _resolve, cache_option, check_writable_dir, cli,
-                     command_args, deployment_options)
+from .common import (DEVICE_STORY, PairedCommand, _episode_options, _resolve, cache_option, check_realtime,
+                     check_writable_dir, cli, command_args, deployment_options, realtime_options, realtime_points)
 from .protocols import protocol_option, resolve_protocol
 
 #: where ``--from RUN_DIR`` finds the arguments of the run it repeats
@@ -95,6 +95,7 @@ def recorded_args(args, ctx=None) -> list:
                       "fault env or model); their new records replace the old ones."),
     click.Option(["--overwrite"], is_flag=True, help="Start over in an existing --out."),
     protocol_option(),
+    *realtime_options(),
 ])
 @click.pass_context
 def eval_(ctx, **kwargs):
@@ -110,6 +111,11 @@ def eval_(ctx, **kwargs):
     from ..execution import summarize
     from ..report.tables import format_table, group_summaries
 
+    given = dict(kwargs)
+    points = realtime_points(kwargs, sweep=True)
+    if len(points) > 1:
+        return _sweep(ctx, given, points)
+    [realtime] = points
     applied = resolve_protocol(ctx, kwargs)  # first: it sets --seed, --episodes and plugin options
     protocol = applied.record() if applied else None
     seed, instruction, max_chunks = kwargs.pop("seed"), kwargs.pop("instruction"), kwargs.pop("max_chunks")
@@ -140,6 +146,7 @@ def eval_(ctx, **kwargs):
     planned = {}
 
     def preflight(p: PlatformSpec, options) -> Any:
+        check_realtime(realtime, p, options)
         planned["episodes"] = episodes = p.plan_episodes(options, count, seed)
         if executor == "ray":
             return None  # Ray places the envs; each actor builds its own
@@ -157,6 +164,7 @@ def eval_(ctx, **kwargs):
         platform=platform.name, platform_options=platform.with_defaults(platform_opts),
         instruction=instruction, max_chunks=max_chunks, request_options=request,
         cache=str(Path(cache).absolute()) if cache else None, planning=planning,
+        realtime=realtime.to_json() if realtime else None,
     )
     run_config = {
         "platform": platform.name,
@@ -169,6 +177,7 @@ def eval_(ctx, **kwargs):
         "episodes": [e.key for e in episodes],
         **({"planning": planning} if planning else {}),
         **({"protocol": protocol} if protocol else {}),
+        **({"realtime": settings.realtime} if realtime else {}),
     }
     command = _command(ctx, config, out, resume)
     if command is not None:
@@ -235,6 +244,7 @@ def eval_(ctx, **kwargs):
         episodes_run=len(records) - len(done), **_provenance(reg, platform.name, config.backend),
         **({"planning": planning} if planning else {}),
         **({"protocol": protocol} if protocol else {}),
+        **({"realtime": settings.realtime} if realtime else {}),
     )
     if cache:
         counts = [r.get("cache") or {} for r in records]
@@ -262,6 +272,31 @@ def eval_(ctx, **kwargs):
     click.echo(f"results: {results.episodes_path}, {results.csv_path}, summary: {results.summary_path}")
     if report:
         click.echo(f"report: {out / 'report.html'}")
+
+
+def _sweep(ctx, given: dict, points: list) -> None:
+    """``--latency-ms A,B,...`` (and/or several ``--execution``): one evaluation per point,
+    the same episode keys in each, in OUT/<execution>-latency-<ms>/; then OUT/sweep.json and
+    the plots of success and steps to success against latency per strategy."""
+    from ..realtime import point_label
+    from ..report.latency import write_sweep
+
+    out = Path(given["out"] or f"runs/sweep-{time.strftime('%Y%m%d-%H%M%S')}")
+    check_writable_dir(str(out), "--out")
+    dirs = []
+    for point in points:
+        values = {**given, "realtime": True, "execution": point.execution, "latency_ms": str(point.latency_ms),
+                  "out": str(out / point_label(point.execution, point.latency_ms))}
+        ctx.params.update(values)  # what the point's config.json records as its command
+        click.echo(f"sweep point {point.execution}, latency {point.latency_ms} ms: {values['out']}", err=True)
+        with contextlib.redirect_stdout(sys.stderr) if given["as_json"] else contextlib.nullcontext():
+            ctx.invoke(eval_.callback, **values)
+        dirs.append(Path(values["out"]))
+    sweep = write_sweep(out, dirs, report=given["report"])
+    if given["as_json"]:
+        click.echo(json.dumps(sweep))
+        return
+    click.echo(f"sweep: {out / 'sweep.json'}, plots: {out / 'sweep-success.svg'}, {out / 'sweep-steps.svg'}")
 
 
 def default_out(platform: str, backend: str, *, resume: bool, root: Path = Path("runs")) -> Path:

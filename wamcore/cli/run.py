@@ -6,14 +6,16 @@ import json
 
 import click
 
-from .common import (DEVICE_STORY, PairedCommand, _episode_options, _open, _resolve, cache_option, check_writable_dir,
-                     check_writable_file, cli, deployment_options, with_cache)
+from .common import (DEVICE_STORY, PairedCommand, _episode_options, _open, _resolve, cache_option, check_realtime,
+                     check_writable_dir, check_writable_file, cli, deployment_options, realtime_options,
+                     realtime_points, with_cache)
 
 
 @cli.command(cls=PairedCommand, epilog=DEVICE_STORY, params=_episode_options() + deployment_options() + [
     click.Option(["--video"], type=click.Path(dir_okay=False), default=None,
                  help="Write the episode as .mp4 or .gif: the camera beside the predicted future frame, instruction and outcome on the frames."),
     cache_option(),
+    *realtime_options(),
 ])
 @click.pass_context
 def run(ctx, **kwargs):
@@ -24,13 +26,15 @@ def run(ctx, **kwargs):
     """
     seed, instruction, max_chunks = kwargs.pop("seed"), kwargs.pop("instruction"), kwargs.pop("max_chunks")
     as_json, video, cache = kwargs.pop("as_json"), kwargs.pop("video"), kwargs.pop("cache")
+    [realtime] = realtime_points(kwargs, sweep=False)
     check_writable_file(video, "--video", suffixes=(".mp4", ".gif"))  # not after the episode ran
     check_writable_dir(cache, "--cache")
     check_writable_dir(kwargs.get("am_log_dir"), "--am-log-dir")
     reg, platform, platform_opts, config, request, env = _resolve(
-        ctx, kwargs, preflight=lambda p, options: p.create(**options)
+        ctx, kwargs, preflight=lambda p, options: check_realtime(realtime, p, options) or p.create(**options)
     )
     from ..execution import run_episode
+    from ..realtime import strategy_for
 
     try:
         recorder = None
@@ -38,6 +42,7 @@ def run(ctx, **kwargs):
             from ..video import EpisodeRecorder
 
             recorder = EpisodeRecorder(env, video)  # a missing video library is reported before the model loads
+        execution = strategy_for(realtime, platform, env.control) if realtime is not None else None
         model = with_cache(_open(reg, platform, platform_opts, config), cache)
     except BaseException:
         env.close()
@@ -48,7 +53,7 @@ def run(ctx, **kwargs):
                 model, env, key=f"seed={seed}", reset={"seed": seed}, instruction=instruction,
                 max_chunks=max_chunks, seed=seed, options=request, platform=platform.name,
                 on_step=recorder.on_step if recorder else None,
-                on_reset=recorder.on_reset if recorder else None,
+                on_reset=recorder.on_reset if recorder else None, execution=execution,
             )
             if recorder is not None:
                 recorder.finish(result.success, result.steps)

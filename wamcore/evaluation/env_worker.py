@@ -52,6 +52,8 @@ class EpisodeSettings:
     #: ``{"best_of": N, "score": "value"|"goal"}``: every chunk is the best of N candidates
     #: (``wamcore.planning``); records then carry every decision's scores under ``plans``
     planning: Optional[dict] = None
+    #: ``wamcore.realtime.Realtime.to_json()``: the world keeps moving while the model computes
+    realtime: Optional[dict] = None
 
     def to_json(self) -> dict:
         return attrs.asdict(self)
@@ -142,11 +144,17 @@ class EnvWorker:
                 from ..planning import planner_for
 
                 model = planner = planner_for(model, env, **self.settings.planning)
+            execution = None
+            if self.settings.realtime is not None:
+                from ..realtime import Realtime, strategy_for
+
+                execution = strategy_for(Realtime.from_json(self.settings.realtime), self.platform, env.control)
             result = run_episode(
                 model, env, key=episode.key, reset=episode.reset, instruction=self.settings.instruction,
                 max_chunks=self.settings.max_chunks, seed=episode.reset.get("seed"),
                 options=self.settings.request_options, platform=self.settings.platform,
                 on_step=recorder.on_step if recorder else None, on_reset=recorder.on_reset if recorder else None,
+                execution=execution,
             )
             record = {**result.to_json(), "labels": dict(episode.labels)}
             if cached is not None:

@@ -1,0 +1,255 @@
+"""Real-time execution: the world keeps moving while the model computes a chunk.
+
+Each strategy is one small unit that ``wamcore.execution.wam_act`` asks for a chunk: it
+requests the prediction, turns the request's latency into control steps of simulated time,
+and says which actions the world executes before the next request: what runs while the
+chunk is computed, then the part of the chunk it executes.
+
+* ``pause``: the world waits for every chunk (what ``wam run``/``wam eval`` do without
+  ``--realtime``); latency is recorded, it costs no world time;
+* ``hold``: while a chunk is computed the world advances by the latency's control steps with
+  the platform's hold action (its ``no-op`` intervention, the gripper kept where the last
+  action put it); then the whole chunk runs (it was planned for the observation before the
+  wait);
+* ``async``: the rest of the current chunk keeps executing while the next one is computed
+  (the request leaves the last ``d`` actions of a chunk to run meanwhile, ``d`` the
+  latency's steps); the new chunk starts at offset ``d``, skipping the actions whose time
+  has passed. The first chunk of an episode, and any gap where the current chunk ran out,
+  is waited for with the hold action.
+
+Latency is injected (``latency_ms``, deterministic) or measured (the wall time of the
+prediction, the model worker and transport included). ``d = ceil(ms * control_hz / 1000)``.
+An ``rtc`` strategy (requests that carry the actions executing during the delay) would be
+a fourth unit here, gated on a model capability; it is not built yet (docs/evaluation.md).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, List, Mapping, Optional, Sequence, Union
+
+import attrs
+import numpy as np
+
+from .errors import ConfigurationError
+
+EXECUTIONS = ("pause", "hold", "async")
+MEASURED = "measured"
+#: the platform's intervention that is its hold action (for its default control)
+HOLD_INTERVENTION = "no-op"
+
+
+class NoHoldAction(ConfigurationError):
+    """The platform declares no hold action for the control the episode executes."""
+
+
+class NoControlRate(ConfigurationError):
+    """Neither the platform's control nor ``--control-hz`` says how long one action lasts."""
+
+
+@attrs.frozen
+class Realtime:
+    """The real-time settings of an evaluation: plain data, travels in ``EpisodeSettings``."""
+
+    execution: str = "pause"
+    #: injected latency in ms, or ``"measured"``
+    latency_ms: Union[float, str] = 0.0
+    #: control rate in Hz; None: the platform's ``ControlSpec.rate_hz``
+    control_hz: Optional[float] = None
+
+    def __attrs_post_init__(self):
+        if self.execution not in EXECUTIONS:
+            raise ConfigurationError(f"--execution {self.execution!r}: choose one of {', '.join(EXECUTIONS)}")
+        if self.latency_ms != MEASURED and (not isinstance(self.latency_ms, (int, float)) or self.latency_ms < 0):
+            raise ConfigurationError(f"--latency-ms {self.latency_ms!r}: milliseconds >= 0, or 'measured'")
+        if self.control_hz is not None and not self.control_hz > 0:
+            raise ConfigurationError(f"--control-hz {self.control_hz!r}: a rate > 0")
+
+    def to_json(self) -> dict:
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Optional[Mapping[str, Any]]) -> Optional["Realtime"]:
+        return None if d is None else cls(**d)
+
+
+def parse_latencies(text: str) -> List[Union[float, str]]:
+    """``--latency-ms``: ``measured``, one number, or a comma-separated sweep ``0,100,200``."""
+    points: List[Union[float, str]] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if part == MEASURED:
+            points.append(MEASURED)
+            continue
+        try:
+            value = float(part)
+        except ValueError:
+            raise ConfigurationError(f"--latency-ms {text!r}: {part!r} is neither milliseconds nor 'measured'") from None
+        if not value >= 0 or math.isinf(value):
+            raise ConfigurationError(f"--latency-ms {text!r}: {part!r} must be a finite number >= 0")
+        points.append(int(value) if value.is_integer() else value)
+    if len(set(map(str, points))) != len(points):
+        raise ConfigurationError(f"--latency-ms {text!r} names a point twice")
+    return points
+
+
+def parse_executions(text: str) -> List[str]:
+    """``--execution``: one strategy or a comma-separated list (a sweep runs each)."""
+    names = [p.strip() for p in str(text).split(",") if p.strip()]
+    bad = [n for n in names if n not in EXECUTIONS]
+    if bad or not names:
+        raise ConfigurationError(f"--execution {text!r}: choose among {', '.join(EXECUTIONS)}")
+    if len(set(names)) != len(names):
+        raise ConfigurationError(f"--execution {text!r} names a strategy twice")
+    return names
+
+
+def control_rate(settings: Realtime, control) -> float:
+    """The control rate this evaluation runs at: ``--control-hz``, else the platform's."""
+    hz = settings.control_hz or control.rate_hz
+    if not hz:
+        raise NoControlRate(
+            f"the control {control.action_space!r} declares no rate (ControlSpec.rate_hz): give --control-hz HZ, "
+            "how many actions the platform executes per second"
+        )
+    return float(hz)
+
+
+def hold_action(platform, control) -> np.ndarray:
+    """The action that holds the robot still for ``control``: the platform's ``no-op``
+    intervention, declared for its default control (a delta or velocity command of zero)."""
+    if control.action_space == platform.control.action_space:
+        for intervention in platform.interventions:
+            if intervention.name == HOLD_INTERVENTION:
+                return np.array(intervention.actions[0], dtype=np.float32)
+    raise NoHoldAction(
+        f"platform {platform.name!r} declares no hold action for {control.action_space!r}: --execution hold and "
+        f"async need one (a '{HOLD_INTERVENTION}' intervention of its default control, e.g. zero velocity with the "
+        "gripper kept); use --execution pause, or declare it in the platform plugin"
+    )
+
+
+class Strategy:
+    """One episode's execution under a strategy. ``chunk`` is called once per request;
+    ``reset`` at every episode start; ``record`` is what the episode's record carries."""
+
+    name = "pause"
+    skips = False  # async: the new chunk starts at the latency's offset
+
+    def __init__(self, settings: Realtime, control_hz: float, hold: Optional[np.ndarray] = None,
+                 gripper: Sequence[int] = ()):
+        self.settings, self.control_hz = settings, control_hz
+        self.hold, self.gripper = hold, tuple(gripper)
+        self.reset()
+
+    def reset(self) -> None:
+        self.chunks: List[dict] = []
+        self.leftover: list = []  # async: the rest of the current chunk, run while the next is computed
+        self.last: Optional[np.ndarray] = None
+
+    def _latency(self, model, request):
+        if self.settings.latency_ms == MEASURED:
+            t0 = time.perf_counter()
+            pred = model.predict(request)
+            return pred, (time.perf_counter() - t0) * 1000.0
+        return model.predict(request), float(self.settings.latency_ms)
+
+    def _hold(self) -> np.ndarray:
+        if self.hold is None:
+            raise NoHoldAction(f"--execution {self.name} waited for a chunk with no hold action declared")
+        action = self.hold.copy()
+        if self.last is not None and self.gripper:  # the gripper stays where the last action put it
+            action[list(self.gripper)] = self.last[list(self.gripper)]
+        return action
+
+    def wait_actions(self, steps: int) -> list:
+        """What the world executes during ``steps`` control steps of computing."""
+        return []
+
+    def chunk(self, model, request):
+        """(prediction, the actions to execute before the next request)."""
+        pred, ms = self._latency(model, request)
+        steps = math.ceil(ms * self.control_hz / 1000.0 - 1e-9)
+        wait = self.wait_actions(steps)
+        skip = min(steps, len(pred.actions)) if self.skips else 0
+        new = list(pred.actions[skip:])
+        keep = min(steps, len(new)) if self.skips else 0
+        run, self.leftover = new[:len(new) - keep], new[len(new) - keep:]
+        self.chunks.append({"step": int(request.observation.step), "latency_ms": round(ms, 3), "latency_steps": steps,
+                            "waited": len(wait), "skipped": skip})
+        actions = wait + run
+        if actions:
+            self.last = np.asarray(actions[-1])
+        return pred, actions
+
+    def record(self) -> dict:
+        return {
+            "execution": self.name,
+            "latency_ms": self.settings.latency_ms,
+            "control_hz": self.control_hz,
+            "skipped": sum(c["skipped"] for c in self.chunks),
+            "waited": sum(c["waited"] for c in self.chunks),
+            "chunks": list(self.chunks),
+        }
+
+
+class Pause(Strategy):
+    """The world waits while the model computes."""
+
+
+class Hold(Strategy):
+    """The world advances with the hold action while the model computes."""
+
+    name = "hold"
+
+    def wait_actions(self, steps: int) -> list:
+        return [self._hold() for _ in range(steps)]
+
+
+class Async(Strategy):
+    """The current chunk keeps running while the next is computed; the new one starts late."""
+
+    name = "async"
+    skips = True
+
+    def wait_actions(self, steps: int) -> list:
+        ran, self.leftover = self.leftover[:steps], []
+        return ran + [self._hold() for _ in range(steps - len(ran))]
+
+
+STRATEGIES = {"pause": Pause, "hold": Hold, "async": Async}
+
+
+def strategy_for(settings: Realtime, platform, control) -> Strategy:
+    """The strategy for one env worker; refuses at once what it cannot execute."""
+    hz = control_rate(settings, control)
+    hold = None
+    if settings.execution != "pause":
+        hold = hold_action(platform, control)  # async waits for the first chunk with it
+    gripper = control.gripper.indices if control.gripper is not None else ()
+    return STRATEGIES[settings.execution](settings, hz, hold, gripper)
+
+
+def point_label(execution: str, latency_ms: Union[float, str]) -> str:
+    """The folder of one sweep point under ``--out``."""
+    return f"{execution}-latency-{latency_ms}"
+
+
+__all__ = [
+    "EXECUTIONS",
+    "MEASURED",
+    "Realtime",
+    "Strategy",
+    "Pause",
+    "Hold",
+    "Async",
+    "NoHoldAction",
+    "NoControlRate",
+    "strategy_for",
+    "hold_action",
+    "control_rate",
+    "parse_latencies",
+    "parse_executions",
+    "point_label",
+]

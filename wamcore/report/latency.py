@@ -1,0 +1,97 @@
+"""A latency sweep (``wam eval --realtime --latency-ms 0,100,...``): success and steps to
+success against latency, one line per execution strategy."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any, List, Mapping, Sequence
+
+from ..evaluation.results import read_records
+from ..execution import summarize
+from ..files import atomic_write
+from .html import _matplotlib, _svg
+
+SWEEP = "sweep.json"
+
+
+def sweep_point(run_dir: Path) -> dict:
+    """One point: its strategy and latency (from its config), success and steps to success."""
+    config = json.loads((run_dir / "config.json").read_text())
+    records = list(read_records(run_dir / "episodes.jsonl").values())
+    summary = summarize(records)
+    ok = [r["steps"] for r in records if r["success"]]
+    realtime = config["realtime"]
+    return {
+        "execution": realtime["execution"],
+        "latency_ms": realtime["latency_ms"],
+        "control_hz": (records[0].get("realtime") or {}).get("control_hz") if records else None,
+        "episodes": summary["episodes"],
+        "successes": summary["successes"],
+        "success_rate": summary["success_rate"],
+        "ci95": summary["ci95"],
+        "mean_steps_to_success": sum(ok) / len(ok) if ok else None,
+        "skipped_per_episode": sum((r.get("realtime") or {}).get("skipped", 0) for r in records) / max(1, len(records)),
+        "dir": run_dir.name,
+    }
+
+
+def _by_strategy(points: Sequence[Mapping[str, Any]]) -> dict:
+    lines: dict = {}
+    for p in points:
+        if p["latency_ms"] != "measured":
+            lines.setdefault(p["execution"], []).append(p)
+    return {k: sorted(v, key=lambda p: p["latency_ms"]) for k, v in lines.items()}
+
+
+def plot_success(points: Sequence[Mapping[str, Any]]) -> str:
+    plt = _matplotlib()
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    for name, line in _by_strategy(points).items():
+        x = [p["latency_ms"] for p in line]
+        rate = [p["success_rate"] for p in line]
+        ax.errorbar(x, rate, yerr=[[r - p["ci95"][0] for r, p in zip(rate, line)],
+                                   [p["ci95"][1] - r for r, p in zip(rate, line)]],
+                    marker="o", capsize=3, label=name)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("latency per chunk (ms)")
+    ax.set_ylabel("success rate (bars: 95% Wilson)")
+    ax.set_title("Success against latency")
+    ax.legend(fontsize=8)
+    return _svg(fig)
+
+
+def plot_steps(points: Sequence[Mapping[str, Any]]) -> str:
+    plt = _matplotlib()
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    for name, line in _by_strategy(points).items():
+        line = [p for p in line if p["mean_steps_to_success"] is not None]
+        ax.plot([p["latency_ms"] for p in line], [p["mean_steps_to_success"] for p in line], marker="o", label=name)
+    ax.set_xlabel("latency per chunk (ms)")
+    ax.set_ylabel("mean steps of successful episodes")
+    ax.set_title("Steps to success against latency")
+    ax.legend(fontsize=8)
+    return _svg(fig)
+
+
+def write_sweep(out: Path, run_dirs: List[Path], *, report: bool = False) -> dict:
+    """OUT/sweep.json, OUT/sweep-success.svg, OUT/sweep-steps.svg (and OUT/report.html)."""
+    points = [sweep_point(d) for d in run_dirs]
+    sweep = {"points": points, "episodes": json.loads((run_dirs[0] / "config.json").read_text())["episodes"]}
+    atomic_write(out / SWEEP, json.dumps(sweep, indent=2) + "\n")
+    success, steps = plot_success(points), plot_steps(points)
+    atomic_write(out / "sweep-success.svg", success)
+    atomic_write(out / "sweep-steps.svg", steps)
+    if report:
+        rows = "".join(
+            f"<tr><td>{html.escape(str(p['execution']))}</td><td>{p['latency_ms']}</td><td>{p['successes']}/{p['episodes']}"
+            f"</td><td>{p['success_rate']:.3f} [{p['ci95'][0]:.3f}, {p['ci95'][1]:.3f}]</td>"
+            f"<td>{'' if p['mean_steps_to_success'] is None else round(p['mean_steps_to_success'], 1)}</td>"
+            f"<td><a href=\"{html.escape(p['dir'])}/\">{html.escape(p['dir'])}</a></td></tr>" for p in points)
+        page = ("<!doctype html><meta charset=utf-8><title>latency sweep</title><h1>Latency sweep</h1>"
+                "<table><tr><th>execution</th><th>latency (ms)</th><th>successes</th><th>rate [95% CI]</th>"
+                f"<th>steps to success</th><th>run</th></tr>{rows}</table>"
+                f"<div class=plots><div class=plot>{success}</div><div class=plot>{steps}</div></div>")
+        atomic_write(out / "report.html", page)
+    return sweep
