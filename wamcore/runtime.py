@@ -517,10 +517,11 @@ def open_model(
             if config.mode == IN_PROCESS:
                 raise
     if spec is not None:
-        platform_options = pair(spec, platform, config=config.model_config(spec), registry=registry,
+        model_config = attrs.evolve(config.model_config(spec), platform_options=platform.with_defaults(platform_options))
+        platform_options = pair(spec, platform, config=model_config, registry=registry,
                                 observation=observation, platform_options=platform_options).platform_options
     if config.mode == IN_PROCESS:
-        client: ModelClient = LocalModel(ModelService(spec, config.model_config(spec), platform=platform))
+        client: ModelClient = LocalModel(ModelService(spec, model_config, platform=platform))
     else:
         from . import rpc  # pyzmq is imported only when a worker is involved
 

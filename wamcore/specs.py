@@ -245,6 +245,9 @@ class PlatformSpec:
     #: end-effector poses...). The platform then gets the option ``control`` (``--control``):
     #: pairing sets it to the model's action space, and ``make_env`` receives it
     extra_controls: tuple = attrs.field(default=(), converter=tuple)
+    #: the control of an env built with given platform options, for a platform whose action
+    #: space depends on them (a bridge to another env protocol); None: ``control``, static
+    control_from: Optional[Callable[[Mapping[str, Any]], ControlSpec]] = None
 
     def __attrs_post_init__(self):
         names = [i.name for i in self.interventions]
@@ -291,7 +294,7 @@ class PlatformSpec:
         """The control of an env built with ``options``: the one their ``control`` names, else the default."""
         chosen = (options or {}).get(CONTROL_OPTION)
         if chosen is None:
-            return self.control
+            return self.control if self.control_from is None else self.control_from(self.with_defaults(options))
         for control in self.controls:
             if control.action_space == chosen:
                 return control
@@ -329,6 +332,9 @@ class ModelConfig:
     device: Optional[str] = None
     predict_future: bool = False
     options: dict = attrs.field(factory=dict)
+    #: the options of the platform's envs, where the pairing knows them (in-process models):
+    #: ``ModelSpec.configure`` reads them to fit a platform whose schema depends on them
+    platform_options: dict = attrs.field(factory=dict)
 
 
 @runtime_checkable
