@@ -1,7 +1,8 @@
 """A registered Gymnasium env as a wamcore :class:`~wamcore.specs.Env`.
 
 Termination or truncation ends the episode: the env then reports its budget spent
-(``steps == max_steps``), so the core stops there, unsuccessful unless the last step succeeded.
+(``steps == max_steps``), so the core stops there, unsuccessful unless the last step succeeded;
+a step after the end changes nothing.
 Snapshot/restore covers MuJoCo-based envs (the simulator's whole integration state through
 ``mujoco.mj_getState``, the env's generator, the step counters and the last observation);
 other envs refuse it with :class:`SnapshotUnsupportedError`.
@@ -101,8 +102,8 @@ class GymEnv:
         return Observation(images=images, state=state, instruction=self.mapping.instruction or self.gym_id, step=self.steps)
 
     def step(self, action: np.ndarray) -> StepResult:
-        if self._ended:
-            raise RuntimeError(f"{self.gym_id}: the episode has ended (terminated or truncated); reset first")
+        if self._ended:  # absorbing: the core stops here (steps == max_steps); nothing runs past the end
+            return StepResult(success=False, info={"ended": True})
         native = np.asarray(action, dtype=self.env.action_space.dtype).reshape(self.env.action_space.shape)
         self._obs, reward, terminated, truncated, info = self.env.step(native)
         self._steps += 1
