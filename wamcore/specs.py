@@ -332,8 +332,9 @@ class ModelConfig:
     device: Optional[str] = None
     predict_future: bool = False
     options: dict = attrs.field(factory=dict)
-    #: the options of the platform's envs, where the pairing knows them (in-process models):
-    #: ``ModelSpec.configure`` reads them to fit a platform whose schema depends on them
+    #: the options of the platform's envs (set by pairing, passed to spawned workers by
+    #: ``wam serve --platform-options``): ``ModelSpec.configure`` reads them to fit a platform
+    #: whose schema depends on them
     platform_options: dict = attrs.field(factory=dict)
 
 

@@ -1,5 +1,5 @@
 """``gym-random`` and ``gym-scripted``: models of the gymnasium platform, fitted to the env the
-pairing's platform options build (``ModelConfig.platform_options``, known to in-process models).
+pairing's platform options build (``ModelConfig.platform_options``; spawned workers get them too).
 
 ``gym-scripted`` runs a known expert for the env: Meta-World's own scripted policy of the MT1
 task (``metaworld.policies``), or a PD controller that balances InvertedPendulum.

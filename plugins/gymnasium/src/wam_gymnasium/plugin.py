@@ -99,7 +99,7 @@ def _models():
         adapters=[_placeholder(models.encode_random, models.decode, models.RANDOM_CHUNK)],
         capabilities=Capabilities(actions=True),
         configure=_configure_random,
-        description="Chance baseline of the gymnasium platform: uniform actions within the env's Box bounds (in-process only).",
+        description="Chance baseline of the gymnasium platform: uniform actions within the env's Box bounds.",
         install=INSTALL,
         timeout_s=5.0,
     )
@@ -110,7 +110,7 @@ def _models():
         capabilities=Capabilities(actions=True),
         configure=_configure_scripted,
         description="Scripted experts through the bridge: Meta-World's own policy of the MT1 task (metaworld.policies), "
-                    "a PD controller for InvertedPendulum (in-process only).",
+                    "a PD controller for InvertedPendulum.",
         install=INSTALL,
         timeout_s=5.0,
     )
