@@ -14,7 +14,6 @@ from typing import Any, Mapping
 import attrs
 
 from wamcore import Adapter, AdapterContract, Capabilities, ControlSpec, ModelSpec, ObservationSpec, Option, PlatformSpec, hookimpl
-from wamcore.errors import ConfigurationError
 from wamcore.specs import ModelConfig
 
 PLATFORM = "gymnasium"
@@ -39,8 +38,6 @@ def _schema(key: str) -> tuple:
 
 def schema(options: Mapping[str, Any]) -> tuple:
     """(ObservationSpec, ControlSpec) of the env these platform options build."""
-    if not options.get("gym_id"):
-        raise ConfigurationError("--platform gymnasium needs --gym-id ID (a registered Gymnasium env, e.g. InvertedPendulum-v5)")
     return _schema(json.dumps({k: options.get(k) for k in ENV_OPTIONS}, sort_keys=True))
 
 
