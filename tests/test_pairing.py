@@ -106,3 +106,50 @@ def test_open_model_names_what_fits_before_loading_anything(line_registry, line_
         open_model(WorkerConfig.from_options(platform="line", am_backend="circler"), line_registry.platform("line"),
                    registry=line_registry)
     assert loads == []
+
+
+def _options_dependent(line_plugin):
+    """The line platform whose action dim and state length come from its option ``dim``."""
+    from wamcore import ControlSpec, ObservationSpec, PlatformSpec
+
+    def control(options):
+        return attrs.evolve(line_plugin.LINE_CONTROL, action_space=f"line.velocity.d{options['dim']}.v1",
+                            action_names=[f"v{i}" for i in range(options["dim"])], low=None, high=None)
+
+    def observation(options):
+        return ObservationSpec(cameras={}, state={"position": options["dim"]})
+
+    platform = PlatformSpec(name="line", observation=line_plugin.LINE_OBSERVATION, control=line_plugin.LINE_CONTROL,
+                            make_env=line_plugin.LineEnv, options=(Option("dim", type="int", default=1),),
+                            observation_for=observation, control_from=control)
+
+    def fit(spec, config):
+        dim = config.platform_options["dim"]
+        contract = attrs.evolve(line_plugin.LINE_ADAPTER.contract, action_space=f"line.velocity.d{dim}.v1", action_dim=dim,
+                                state={"position": dim})
+        return attrs.evolve(spec, adapters=[attrs.evolve(line_plugin.LINE_ADAPTER, contract=contract)])
+
+    model = ModelSpec(name="fitted", load=lambda c: None, adapters=[line_plugin.LINE_ADAPTER], configure=fit)
+    assert isinstance(control({"dim": 1}), ControlSpec)
+    return platform, model
+
+
+def test_a_model_fits_a_platform_whose_control_depends_on_its_options(line_plugin):
+    platform, model = _options_dependent(line_plugin)
+    assert platform.control_for({"dim": 3}).action_dim == 3 and platform.control_for().action_dim == 1  # the default
+    pairing = pair(model, platform, platform_options={"dim": 3})
+    assert (pairing.control.action_dim, pairing.contract.action_dim, pairing.contract.state) == (3, 3, {"position": 3})
+    fixed = ModelSpec(name="fixed", load=lambda c: None, adapters=[line_plugin.LINE_ADAPTER])
+    with pytest.raises(IncompatiblePairError, match="action dim: the model produces 1, the platform takes 3"):
+        pair(fixed, platform, platform_options={"dim": 3})
+
+
+def test_a_spawned_worker_gets_the_platform_options(line_plugin):
+    from wamcore.runtime import WorkerConfig, for_platform, worker_argv
+
+    platform, _ = _options_dependent(line_plugin)
+    config = WorkerConfig.from_options(platform="line", am_backend="fitted", am_python="python")
+    argv = worker_argv(for_platform(config, platform, {"dim": 3}), spec=None, ready_file="r", python="python")
+    assert argv[argv.index("--platform-options") + 1] == '{"dim": 3}'
+    in_process = WorkerConfig.from_options(platform="line", am_backend="fitted")
+    assert for_platform(in_process, platform, {"dim": 3}) is in_process

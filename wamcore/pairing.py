@@ -121,7 +121,10 @@ def pair(
     ``observation`` overrides the platform's schema (else built from ``platform_options``).
     On a platform with several controls, the one ``platform_options`` name is used, else the
     one the adapter declares; ``Pairing.platform_options`` then names it, for building envs."""
-    resolved = model.resolve(config or ModelConfig(platform=platform.name))
+    config = config or ModelConfig(platform=platform.name)
+    if not config.platform_options:  # what ModelSpec.configure may fit an options-dependent schema to
+        config = attrs.evolve(config, platform_options=platform.with_defaults(platform_options))
+    resolved = model.resolve(config)
     adapter = resolved.adapter_for(platform.name)
     contract = None if adapter is None else adapter.contract
     observation = observation or platform.observation_spec(platform_options)

@@ -74,6 +74,8 @@ class WorkerConfig:
     start_timeout_s: Optional[float] = None
     #: the spawned worker's dynamic-batching window (``wam serve --batch-window-ms``); None: its default
     batch_window_ms: Optional[float] = None
+    #: the options of the platform's envs, passed to a spawned worker (``ModelConfig.platform_options``)
+    platform_options: dict = attrs.field(factory=dict)
 
     @property
     def mode(self) -> str:
@@ -449,7 +451,18 @@ def worker_argv(config: WorkerConfig, *, spec: Optional[ModelSpec], ready_file: 
         argv.append("--predict-future")
     if config.batch_window_ms is not None:
         argv += ["--batch-window-ms", f"{config.batch_window_ms:g}"]
+    if config.platform_options:
+        argv += ["--platform-options", json.dumps(config.platform_options, sort_keys=True)]
     return argv + option_flags(spec, config.options, config.passthrough)
+
+
+def for_platform(config: WorkerConfig, platform: PlatformSpec, options: Optional[Mapping[str, Any]]) -> WorkerConfig:
+    """``config`` carrying the envs' platform options to the worker it spawns (for a model
+    fitted to them, ``ModelConfig.platform_options``); unchanged for any other mode."""
+    if config.mode != SPAWN:
+        return config
+    given = {k: v for k, v in platform.with_defaults(options).items() if v is not None}
+    return attrs.evolve(config, platform_options=given)
 
 
 def spawn_worker(config: WorkerConfig, *, registry: Optional[Registry] = None, env: Optional[Mapping[str, str]] = None,
@@ -517,14 +530,15 @@ def open_model(
             if config.mode == IN_PROCESS:
                 raise
     if spec is not None:
-        platform_options = pair(spec, platform, config=config.model_config(spec), registry=registry,
+        model_config = attrs.evolve(config.model_config(spec), platform_options=platform.with_defaults(platform_options))
+        platform_options = pair(spec, platform, config=model_config, registry=registry,
                                 observation=observation, platform_options=platform_options).platform_options
     if config.mode == IN_PROCESS:
-        client: ModelClient = LocalModel(ModelService(spec, config.model_config(spec), platform=platform))
+        client: ModelClient = LocalModel(ModelService(spec, model_config, platform=platform))
     else:
         from . import rpc  # pyzmq is imported only when a worker is involved
 
-        client = rpc.open_remote(config, registry=registry)
+        client = rpc.open_remote(for_platform(config, platform, platform_options), registry=registry)
     try:
         return client.bind(platform, observation, platform_options)
     except BaseException:
@@ -537,6 +551,7 @@ __all__ = [
     "Worker",
     "open_model",
     "spawn_worker",
+    "for_platform",
     "worker_argv",
     "typed_options",
     "option_flags",

@@ -41,7 +41,7 @@ RESERVED_OPTION_NAMES = frozenset(
     host port token parent-watch ready-file session-ttl batch-window-ms max-batch
     max-sessions max-local-connections max-message-mb message-timeout protocol
     num-envs am-restarts skip-memory-check am-batch-window-ms executor ray-address num-model-workers report
-    cache set best-of score default-prompt max-shared-mb idle-grace from retry-failed""".split()
+    cache set best-of score default-prompt max-shared-mb idle-grace from retry-failed platform-options""".split()
 )
 
 
@@ -255,6 +255,9 @@ class PlatformSpec:
     #: end-effector poses...). The platform then gets the option ``control`` (``--control``):
     #: pairing sets it to the model's action space, and ``make_env`` receives it
     extra_controls: tuple = attrs.field(default=(), converter=tuple)
+    #: the control of an env built with given platform options, for a platform whose action
+    #: space depends on them (a bridge to another env protocol); None: ``control``, static
+    control_from: Optional[Callable[[Mapping[str, Any]], ControlSpec]] = None
 
     def __attrs_post_init__(self):
         names = [i.name for i in self.interventions]
@@ -301,7 +304,7 @@ class PlatformSpec:
         """The control of an env built with ``options``: the one their ``control`` names, else the default."""
         chosen = (options or {}).get(CONTROL_OPTION)
         if chosen is None:
-            return self.control
+            return self.control if self.control_from is None else self.control_from(self.with_defaults(options))
         for control in self.controls:
             if control.action_space == chosen:
                 return control
@@ -339,6 +342,10 @@ class ModelConfig:
     device: Optional[str] = None
     predict_future: bool = False
     options: dict = attrs.field(factory=dict)
+    #: the options of the platform's envs (set by pairing, passed to spawned workers by
+    #: ``wam serve --platform-options``): ``ModelSpec.configure`` reads them to fit a platform
+    #: whose schema depends on them
+    platform_options: dict = attrs.field(factory=dict)
 
 
 @runtime_checkable

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import List
 
@@ -22,6 +23,9 @@ def _serve_options() -> List[click.Option]:
           help="Checkpoint file or directory."),
         click.Option(["--predict-future"], is_flag=True, default=False,
                      help="Predict future observations and values (where the backend supports it)."),
+        click.Option(["--platform-options"], default=None, metavar="JSON",
+                     help="The options of the platform's envs, as a JSON object, for a model fitted to them "
+                          "(ModelConfig.platform_options; wam run/eval pass them to the workers they start)."),
         click.Option(["--am-option", "am_option"], multiple=True, metavar="KEY=VALUE",
                      help="Backend option as text (typed by the backend's own option list)."),
         click.Option(["--protocol"], type=click.Choice(["wamcore", "openpi"]), default="wamcore", show_default=True,
@@ -66,6 +70,18 @@ def _serve_options() -> List[click.Option]:
     ]
 
 
+def _platform_options(text):
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"--platform-options must be a JSON object: {exc}") from None
+    if not isinstance(value, dict):
+        raise ConfigurationError(f"--platform-options must be a JSON object, got {text!r}")
+    return value
+
+
 @cli.command(cls=PairedCommand, platform_options=False, params=_serve_options())
 @click.pass_context
 def serve(ctx, **kwargs):
@@ -107,7 +123,8 @@ def serve(ctx, **kwargs):
         raise ConfigurationError(f"{', '.join(per_request)} are per-request options: give them to `wam run`/`wam eval`")
     deploy.update(typed_options(spec, _parse_am_options(kwargs.pop("am_option"))))
     config = ModelConfig(platform=platform, checkpoint=kwargs.pop("am_checkpoint"),
-                         predict_future=kwargs.pop("predict_future"), options=deploy)
+                         predict_future=kwargs.pop("predict_future"), options=deploy,
+                         platform_options=_platform_options(kwargs.pop("platform_options")))
     default_prompt = kwargs.pop("default_prompt")
     if kwargs.pop("protocol") == "openpi":
         _serve_openpi(ctx, spec, config, platform_spec, host=host, port=port, token=token, ready_file=kwargs.pop("ready_file"),

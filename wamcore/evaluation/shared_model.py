@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional
 from ..contracts import ModelInfo, ObservationSpec
 from ..errors import WorkerError
 from ..registry import Registry
-from ..runtime import ENDPOINT, IN_PROCESS, Worker, WorkerConfig, spawn_worker
+from ..runtime import ENDPOINT, IN_PROCESS, Worker, WorkerConfig, for_platform, spawn_worker
 from ..specs import PlatformSpec
 
 log = logging.getLogger("wamcore.evaluation")
@@ -46,7 +46,7 @@ class SharedModel:
     ):
         if config.mode == IN_PROCESS:
             raise ValueError("SharedModel needs a worker: set WorkerConfig.python (spawn) or .endpoint")
-        self.config = config
+        self.config = for_platform(config, platform, platform_options)
         self.platform = platform
         self.registry = registry
         self.observation = observation
