@@ -23,7 +23,7 @@ from .contracts import AdapterContract, ControlSpec, ModelInfo, ObservationSpec,
 from .errors import ActionError, CapabilityError, ConfigurationError, IncompatiblePairError, PredictionError
 from .pairing import check_model_info
 from .specs import ModelConfig, ModelSpec, PlatformSpec, resolve_callable
-from .validation import request_options, validate_actions, validate_prediction, validate_request
+from .validation import check_privileged, request_options, validate_actions, validate_prediction, validate_request
 
 DEFAULT_SESSION = "default"
 
@@ -157,6 +157,7 @@ class ModelService:
         """Validate the request (observation, seed, options), then the adapter's encode."""
         t0 = time.perf_counter()
         validate_request(request, self.contract, self._request_options)
+        check_privileged(request, self.info.capabilities, self.spec.name)
         if request.candidate_actions is not None:
             self._check_candidates(request.candidate_actions)
         t1 = time.perf_counter()
@@ -227,6 +228,7 @@ class ModelClient:
     def predict(self, request: PredictRequest) -> Prediction:
         if self.contract is None or self.control is None:
             raise RuntimeError("bind() the model to a platform before predicting")
+        check_privileged(request, self.info.capabilities, self.info.backend)
         obs = request.observation.select(self.contract.cameras, self.contract.state)
         changes: dict = {"observation": obs}
         if request.candidate_actions is not None:
