@@ -48,6 +48,7 @@ def encode(request):
                               "(wam_act sends it to models that declare privileged_state)")
     obs = request.observation
     return {"eef": np.asarray(obs.state["eef_position"], dtype=np.float64),
+            "hand": _quat_mat(obs.state["eef_quaternion_xyzw"]),
             "gripper": np.asarray(obs.state["gripper_qpos"], dtype=np.float64),
             "privileged": request.privileged}
 
@@ -57,8 +58,52 @@ def decode(native, request):
     return Prediction(actions=np.asarray(actions, dtype=np.float32), info={"phase": phase})
 
 
+#: OSC_POSE rotation per unit of action (osc_pose.json output_max)
+STEP_RAD = 0.5
+#: the handle of a LIBERO wooden cabinet's drawer in the drawer body's frame (measured from
+#: the handle geoms of ``wooden_cabinet``: LIBERO ``assets/articulated_objects/wooden_cabinet``)
+CABINET_HANDLE = {"top": (-0.003, -0.102, 0.184), "middle": (-0.003, -0.102, 0.110), "bottom": (-0.003, -0.102, 0.041)}
+#: a drawer counts as open below this slide position (LIBERO ``WoodenCabinet`` default_open_ranges)
+DRAWER_OPEN = -0.14
+#: the stove counts as on from this knob angle (LIBERO ``FlatStove`` default_turnon_ranges)
+STOVE_ON = 0.5
+
+
 def _toward(eef, target, gain=1.0):
     return np.clip((np.asarray(target) - eef) * gain / STEP_M, -1.0, 1.0)
+
+
+def _quat_mat(q):
+    """Rotation matrix of a unit quaternion in robosuite's x, y, z, w order."""
+    x, y, z, w = np.asarray(q, dtype=np.float64) / np.linalg.norm(q)
+    return np.array([
+        [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+        [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+        [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
+    ])
+
+
+def _axis_angle(r):
+    """The rotation vector of a rotation matrix (its angle below pi)."""
+    angle = np.arccos(np.clip((np.trace(r) - 1) / 2, -1.0, 1.0))
+    if angle < 1e-6:
+        return np.zeros(3)
+    axis = np.array([r[2, 1] - r[1, 2], r[0, 2] - r[2, 0], r[1, 0] - r[0, 1]]) / (2 * np.sin(angle))
+    return axis * angle
+
+
+def _rot(axis, angle):
+    k = np.asarray(axis, dtype=np.float64)
+    kx = np.array([[0, -k[2], k[1]], [k[2], 0, -k[0]], [-k[1], k[0], 0]])
+    return np.eye(3) + np.sin(angle) * kx + (1 - np.cos(angle)) * kx @ kx
+
+
+def _turn(current, wanted):
+    """The world-frame rotation input that turns the hand from ``current`` towards ``wanted``."""
+    error = _axis_angle(wanted @ current.T)
+    if np.linalg.norm(error) < 0.03:
+        return np.zeros(3), 0.0
+    return np.clip(error / STEP_RAD, -1.0, 1.0), float(np.linalg.norm(error))
 
 
 class Episode:
@@ -97,18 +142,35 @@ class OraclePolicy:
             ep.still = ep.still + 1 if np.linalg.norm(eef - ep.last_eef) < 0.002 else 0
         ep.last_eef = eef.copy()
         state = native["privileged"]
+        hand = native["hand"]
+        if "down" not in ep.memo:  # the hand's orientation at the start: pointing down
+            ep.memo["down"] = hand
         goal = state["goal"][0]
         kind = goal[0]
-        if kind in ("on", "in"):
-            action = self._pick_place(ep, eef, native["gripper"], state, goal[1], goal[2])
+        ep.memo["wanted"] = ep.memo["down"]
+        if kind == "open":
+            action = self._open(ep, eef, state, goal[1])
+        elif kind == "turnon":
+            action = self._turn_on(ep, eef, state, goal[1])
+        elif kind in ("on", "in") and self._flat(state, goal[1]):
+            action = self._push(ep, eef, state, goal[1], goal[2])
+        elif kind in ("on", "in") and self._closed_drawer(state, goal[2]):
+            action = self._open(ep, eef, state, goal[2], then="release")
+        elif kind in ("on", "in"):
+            if ep.memo.pop("skill", "pick") != "pick":
+                ep.go("start")
+            action = self._pick_place(ep, eef, state, goal[1], goal[2])
+            ep.memo["skill"] = "pick"
         else:
             raise NotImplementedError(f"{NAME} has no skill for the goal {goal}")
+        action = np.asarray(action, dtype=np.float64)
+        action[3:6], ep.memo["turn_error"] = _turn(hand, ep.memo["wanted"])
         ep.count += 1
         return np.tile(action, (self.chunk, 1)), ep.phase
 
     # ------------------------------------------------------------------ pick and place
 
-    def _pick_place(self, ep, eef, gripper, state, obj, target):
+    def _pick_place(self, ep, eef, state, obj, target):
         ext = np.asarray(state["extents"][obj])
         centre = (ext[:3] + ext[3:]) / 2
         size = ext[3:] - ext[:3]
@@ -172,6 +234,160 @@ class OraclePolicy:
             return np.r_[0, 0, 0.5, 0, 0, 0, OPEN]
         raise AssertionError(ep.phase)
 
+    # ------------------------------------------------------------------ drawers
+
+    @staticmethod
+    def _drawer(state, region):
+        """(body, joint, level) of a cabinet region such as ``wooden_cabinet_1_middle_region``."""
+        for level in CABINET_HANDLE:
+            suffix = f"_{level}_region"
+            if region.endswith(suffix):
+                cabinet = region[: -len(suffix)]
+                body, joint = f"{cabinet}_cabinet_{level}", f"{cabinet}_{level}_level"
+                if body in state["bodies"] and joint in state["joints"]:
+                    return body, joint, level
+        return None
+
+    def _closed_drawer(self, state, region):
+        drawer = self._drawer(state, region)
+        return drawer is not None and state["joints"][drawer[1]] > DRAWER_OPEN
+
+    def _open(self, ep, eef, state, region, then=None):
+        """Hold the handle from the front with the hand level (fingers above and below the
+        bar), then pull the drawer out along the cabinet's front direction."""
+        drawer = self._drawer(state, region)
+        if drawer is None:
+            raise NotImplementedError(f"{NAME} cannot open {region!r} (not a wooden cabinet drawer)")
+        body, joint, level = drawer
+        if ep.memo.get("skill") != "open":
+            ep.memo["skill"] = "open"
+            ep.go("start")
+        pose = np.asarray(state["bodies"][body])
+        r_body = _quat_mat(pose[3:])
+        handle = pose[:3] + r_body @ np.asarray(CABINET_HANDLE[level])
+        front = r_body @ np.array([0.0, -1.0, 0.0])  # the handle's side of the cabinet
+        yaw = np.arctan2(-front[0], front[1])
+        # level hand: the down-pointing hand pitched a quarter turn about the axis across the front
+        level_hand = _rot([0, 0, 1], yaw) @ _rot([1, 0, 0], -np.pi / 2) @ _rot([0, 0, 1], -yaw) @ ep.memo["down"]
+        if ep.phase == "start":
+            ep.go("raise")
+        if ep.phase == "raise":  # clear of the table before turning the hand
+            aim = np.r_[eef[:2], max(eef[2], handle[2] + 0.10)]
+            if abs(aim[2] - eef[2]) < 0.02:
+                ep.go("face")
+            else:
+                return np.r_[_toward(eef, aim), 0, 0, 0, OPEN]
+        ep.memo["wanted"] = level_hand
+        if ep.phase == "face":
+            aim = handle + front * 0.12
+            if np.linalg.norm(aim - eef) < 0.015 and ep.memo.get("turn_error", 1.0) < 0.08:
+                ep.go("insert")
+            else:
+                return np.r_[_toward(eef, aim), 0, 0, 0, OPEN]
+        if ep.phase == "insert":
+            aim = handle - front * 0.005
+            if np.linalg.norm(aim - eef) < 0.008 or ep.still >= 2:
+                ep.go("grip")
+            else:
+                return np.r_[_toward(eef, aim), 0, 0, 0, OPEN]
+        if ep.phase == "grip":
+            if ep.count * self.chunk >= GRIPPER_STEPS:
+                ep.go("pull")
+            else:
+                return np.r_[_toward(eef, handle - front * 0.005), 0, 0, 0, CLOSE]
+        if ep.phase == "pull":
+            if state["joints"][joint] <= DRAWER_OPEN - 0.01 and then == "release":
+                ep.go("let go")
+            elif np.linalg.norm(eef - handle) > 0.03:  # slipped off the handle: take it again
+                ep.go("reopen")
+            else:
+                return np.r_[_toward(eef, handle + front * 0.04, gain=0.6), 0, 0, 0, CLOSE]
+        if ep.phase == "reopen":
+            if ep.count * self.chunk >= GRIPPER_STEPS:
+                ep.go("face")
+            else:
+                return np.r_[0, 0, 0, 0, 0, 0, OPEN]
+        if ep.phase == "let go":
+            if ep.count * self.chunk >= GRIPPER_STEPS:
+                ep.go("back off")
+            else:
+                return np.r_[0, 0, 0, 0, 0, 0, OPEN]
+        if ep.phase == "back off":
+            aim = handle + front * 0.12 + [0, 0, 0.08]
+            if np.linalg.norm(aim - eef) < 0.02:
+                ep.memo["skill"] = "done"  # the next skill starts from here
+            return np.r_[_toward(eef, aim), 0, 0, 0, OPEN]
+        raise AssertionError(ep.phase)
+
+    # ------------------------------------------------------------------ stove
+
+    def _turn_on(self, ep, eef, state, stove):
+        """Push one fin of the knob sideways with the closed hand: the knob turns about z."""
+        knob = np.asarray(state["bodies"][f"{stove}_button"][:3])
+        start = knob + [0.04, -0.045, 0.0]
+        start[2] = knob[2] + 0.02
+        if ep.phase == "start":
+            ep.go("above")
+        if ep.phase == "above":
+            aim = start + [0, 0, 0.10]
+            if np.linalg.norm(aim - eef) < 0.015:
+                ep.go("down")
+            else:
+                return np.r_[_toward(eef, aim), 0, 0, 0, CLOSE]
+        if ep.phase == "down":
+            if np.linalg.norm(start - eef) < 0.008 or ep.still >= 2:
+                ep.go("push")
+            else:
+                return np.r_[_toward(eef, start), 0, 0, 0, CLOSE]
+        if ep.phase == "push":
+            if ep.count * self.chunk >= 40:
+                ep.go("start")
+            return np.r_[_toward(eef, start + [-0.01, 0.10, 0], gain=0.5), 0, 0, 0, CLOSE]
+        raise AssertionError(ep.phase)
+
+    # ------------------------------------------------------------------ push
+
+    @staticmethod
+    def _flat(state, obj):
+        ext = state["extents"].get(obj)
+        return ext is not None and ext[5] - ext[2] < 0.03 and ext[4] - ext[1] > 0.075
+
+    def _push(self, ep, eef, state, obj, target):
+        """Slide a flat object (a plate) over the table to its target, pushing from behind."""
+        ext = np.asarray(state["extents"][obj])
+        centre = (ext[:3] + ext[3:]) / 2
+        goal = self._place_point(state, target)
+        to_goal = goal[:2] - centre[:2]
+        distance = np.linalg.norm(to_goal)
+        d = to_goal / max(distance, 1e-6)
+        radius = (ext[3] - ext[0]) / 2
+        behind = np.r_[centre[:2] - d * (radius + 0.025), ext[2] + 0.012]
+        if ep.phase == "start":
+            ep.go("above")
+        if ep.phase == "above":
+            aim = behind + [0, 0, 0.08]
+            if np.linalg.norm(aim - eef) < 0.015:
+                ep.go("down")
+            else:
+                return np.r_[_toward(eef, aim), 0, 0, 0, CLOSE]
+        if ep.phase == "down":
+            if np.linalg.norm(behind - eef) < 0.01 or ep.still >= 2:
+                ep.go("push")
+            else:
+                return np.r_[_toward(eef, behind), 0, 0, 0, CLOSE]
+        if ep.phase == "push":
+            side = np.cross(np.r_[d, 0], np.r_[eef[:2] - centre[:2], 0])[2]
+            if abs(side) > 0.03 or distance < 0.005:  # slid off the line: set up again
+                ep.go("lift off")
+            else:
+                aim = np.r_[eef[:2] + d * min(distance, 0.05), behind[2]]
+                return np.r_[_toward(eef, aim, gain=0.7), 0, 0, 0, CLOSE]
+        if ep.phase == "lift off":
+            if eef[2] > behind[2] + 0.07:
+                ep.go("above")
+            return np.r_[0, 0, 0.6, 0, 0, 0, CLOSE]
+        raise AssertionError(ep.phase)
+
     @staticmethod
     def _place_point(state, target):
         """The point the object's centre goes above: a site's centre, or an object's top centre."""
@@ -203,7 +419,7 @@ ORACLE_MODEL = ModelSpec(
                 action_space=ACTION_SPACE,
                 action_dim=7,
                 cameras={},
-                state={k: STATE_SIZES[k] for k in ("eef_position", "gripper_qpos")},
+                state={k: STATE_SIZES[k] for k in ("eef_position", "eef_quaternion_xyzw", "gripper_qpos")},
                 chunk_size=DEFAULT_CHUNK,
             ),
             encode=encode,
