@@ -175,13 +175,12 @@ class OraclePolicy:
         centre = (ext[:3] + ext[3:]) / 2
         size = ext[3:] - ext[:3]
         grasp = centre.copy()
-        if size[1] > 0.075:  # wider than the open gripper along its closing axis: take the rim
-            grasp[1] = ext[1] + 0.02 if eef[1] < centre[1] else ext[4] - 0.02
-            grasp[2] = ext[5] - 0.015
+        if size[0] > 0.1 and size[1] > 0.1:  # a bowl: wider than the open hand, take its rim
+            grasp[1] = ext[1] + 0.012 if eef[1] < centre[1] else ext[4] - 0.012
+            grasp[2] = ext[5] - 0.02
         else:
             grasp[2] = max(ext[2] + 0.015, ext[5] - 0.03)
         place = self._place_point(state, target)
-        g = OPEN
         if ep.phase == "start":
             ep.go("approach")
         if ep.phase == "approach":
@@ -197,31 +196,35 @@ class OraclePolicy:
                 return np.r_[_toward(eef, grasp), 0, 0, 0, OPEN]
         if ep.phase == "grasp":
             if ep.count * self.chunk >= GRIPPER_STEPS:
-                ep.memo["lift_z"] = max(0.25 + ext[2], place[2] + size[2] + 0.12)
+                ep.memo.update(lift_z=max(eef[2] + 0.15, place[2] + size[2] + 0.12), bottom=ext[2])
                 ep.go("lift")
             else:
                 return np.r_[_toward(eef, grasp), 0, 0, 0, CLOSE]
-        g = CLOSE
+        held = ext[2] > ep.memo.get("bottom", -np.inf) + 0.02  # the object came up with the hand
         if ep.phase == "lift":
             aim = np.r_[eef[:2], ep.memo["lift_z"]]
             if eef[2] > ep.memo["lift_z"] - 0.03:
+                if not held:
+                    return self._retry(ep)
+                ep.memo["offset"] = centre[:2] - eef[:2]  # where the object hangs under the hand
                 ep.go("carry")
             else:
-                return np.r_[_toward(eef, aim), 0, 0, 0, g]
-        offset = centre[:2] - eef[:2]  # where the object hangs under the hand
+                return np.r_[_toward(eef, aim), 0, 0, 0, CLOSE]
+        if ep.phase in ("carry", "lower") and not held:
+            return self._retry(ep)
         if ep.phase == "carry":
-            aim = np.r_[place[:2] - offset, ep.memo["lift_z"]]
-            if np.linalg.norm(aim[:2] - eef[:2]) < 0.01:
+            aim = np.r_[place[:2] - ep.memo["offset"], ep.memo["lift_z"]]
+            if np.linalg.norm(place[:2] - centre[:2]) < 0.012:
                 ep.go("lower")
             else:
-                return np.r_[_toward(eef, aim), 0, 0, 0, g]
+                return np.r_[_toward(eef, aim), 0, 0, 0, CLOSE]
         if ep.phase == "lower":
             drop = place[2] + 0.02 + (eef[2] - ext[2])
-            aim = np.r_[place[:2] - offset, drop]
+            aim = np.r_[eef[:2] + place[:2] - centre[:2], drop]
             if eef[2] - drop < 0.01 or ep.still >= 2:
                 ep.go("release")
             else:
-                return np.r_[_toward(eef, aim), 0, 0, 0, g]
+                return np.r_[_toward(eef, aim), 0, 0, 0, CLOSE]
         if ep.phase == "release":
             if ep.count * self.chunk >= GRIPPER_STEPS:
                 ep.go("retreat")
@@ -387,6 +390,12 @@ class OraclePolicy:
                 ep.go("above")
             return np.r_[0, 0, 0.6, 0, 0, 0, CLOSE]
         raise AssertionError(ep.phase)
+
+    def _retry(self, ep):
+        """The object is not in the hand: open it, go up, start over."""
+        ep.attempts += 1
+        ep.go("retreat")
+        return np.r_[0, 0, 0.5, 0, 0, 0, OPEN]
 
     @staticmethod
     def _place_point(state, target):

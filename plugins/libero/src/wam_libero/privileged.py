@@ -15,8 +15,8 @@ images, read from LIBERO's own bookkeeping (Lifelong-Robot-Learning/LIBERO
     root body (metres; the quaternion in robosuite's x, y, z, w order);
 ``extents``
     ``{bddl name: [xmin, ymin, zmin, xmax, ymax, zmax]}``, the world-axis box around the
-    geoms of every object and fixture (its collision and visual shapes, from MuJoCo's
-    ``geom_aabb``): how tall an object stands and how wide it is;
+    collision geoms of every object and fixture (MuJoCo's ``geom_aabb`` of each, turned into
+    the world; the visual ones where it has none): how tall an object stands, how wide it is;
 ``bodies``
     the same for every other body of an object or fixture, by MuJoCo name
     (``wooden_cabinet_1_cabinet_middle``, ``flat_stove_1_button``...);
@@ -78,6 +78,8 @@ _CORNERS = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in 
 def _extent(model, data, root: int) -> np.ndarray:
     """World-axis bounds of the geoms under the body tree of ``root``."""
     geoms = np.flatnonzero(model.body_rootid[model.geom_bodyid] == root)
+    solid = geoms[(model.geom_contype[geoms] != 0) | (model.geom_conaffinity[geoms] != 0)]
+    geoms = solid if len(solid) else geoms
     if len(geoms) == 0:
         p = data.xpos[root]
         return np.concatenate([p, p])
