@@ -16,9 +16,10 @@ keeps the previous orientation goal; the gripper integrates the sign of its comm
 world y axis.
 
 Skills, chosen from the BDDL goal: ``on``/``in`` (pick and place: approach, descend, grasp,
-lift, carry, lower, release, then retreat and retry while the goal is not met), ``open``
-(a drawer: hook its handle from the front, pull), ``turnon`` (the stove: push a fin of its
-knob around), and ``on ... region`` for an object too flat to grasp (the plate: push it).
+lift, carry, lower, release, then retreat and retry while the goal is not met; a bowl or
+a plate by its rim), ``open`` (a drawer: hold its handle from the front with the hand
+level, pull; also first, when the goal puts something into a closed drawer), and ``turnon``
+(the stove: take the knob's grip ridge and turn the hand).
 """
 
 from __future__ import annotations
@@ -152,8 +153,6 @@ class OraclePolicy:
             action = self._open(ep, eef, state, goal[1])
         elif kind == "turnon":
             action = self._turn_on(ep, eef, state, goal[1])
-        elif kind in ("on", "in") and self._flat(state, goal[1]):
-            action = self._push(ep, eef, state, goal[1], goal[2])
         elif kind in ("on", "in") and self._closed_drawer(state, goal[2]):
             action = self._open(ep, eef, state, goal[2], then="release")
         elif kind in ("on", "in"):
@@ -175,9 +174,12 @@ class OraclePolicy:
         centre = (ext[:3] + ext[3:]) / 2
         size = ext[3:] - ext[:3]
         grasp = centre.copy()
-        if size[0] > 0.1 and size[1] > 0.1:  # a bowl: wider than the open hand, take its rim
-            grasp[1] = ext[1] + 0.012 if eef[1] < centre[1] else ext[4] - 0.012
-            grasp[2] = ext[5] - 0.02
+        if size[0] > 0.1 and size[1] > 0.1:  # a bowl or a plate: wider than the open hand, take its rim
+            near = eef[1] < centre[1]
+            if ep.attempts % 2:  # the other side after a miss (a neighbour may be in the way)
+                near = not near
+            grasp[1] = ext[1] + 0.012 if near else ext[4] - 0.012
+            grasp[2] = max(ext[5] - 0.02, ext[2] + 0.008)
         else:
             grasp[2] = max(ext[2] + 0.015, ext[5] - 0.03)
         place = self._place_point(state, target)
@@ -190,7 +192,8 @@ class OraclePolicy:
             else:
                 return np.r_[_toward(eef, aim), 0, 0, 0, OPEN]
         if ep.phase == "descend":
-            if np.linalg.norm(grasp - eef) < 0.006 or (ep.still >= 2 and eef[2] - grasp[2] < 0.03):
+            if (np.linalg.norm(grasp - eef) < 0.008 or (ep.still >= 2 and eef[2] - grasp[2] < 0.03)
+                    or ep.count * self.chunk >= 40):
                 ep.go("grasp")
             else:
                 return np.r_[_toward(eef, grasp), 0, 0, 0, OPEN]
@@ -283,7 +286,8 @@ class OraclePolicy:
         ep.memo["wanted"] = level_hand
         if ep.phase == "face":
             aim = handle + front * 0.12
-            if np.linalg.norm(aim - eef) < 0.015 and ep.memo.get("turn_error", 1.0) < 0.08:
+            turned = ep.memo.get("turn_error", 1.0) < 0.1 or ep.count * self.chunk >= 60
+            if np.linalg.norm(aim - eef) < 0.015 and turned:
                 ep.go("insert")
             else:
                 return np.r_[_toward(eef, aim), 0, 0, 0, OPEN]
@@ -325,70 +329,39 @@ class OraclePolicy:
     # ------------------------------------------------------------------ stove
 
     def _turn_on(self, ep, eef, state, stove):
-        """Push one fin of the knob sideways with the closed hand: the knob turns about z."""
+        """Take the knob's grip ridge with the hand turned a quarter (fingers closing across
+        the ridge), then turn the hand about the knob's vertical axis."""
         knob = np.asarray(state["bodies"][f"{stove}_button"][:3])
-        start = knob + [0.04, -0.045, 0.0]
-        start[2] = knob[2] + 0.02
+        grasp = knob + [0.0, 0.0, 0.035]
+        across = _rot([0, 0, 1], np.pi / 2) @ ep.memo["down"]
+        ep.memo["wanted"] = across
         if ep.phase == "start":
             ep.go("above")
         if ep.phase == "above":
-            aim = start + [0, 0, 0.10]
-            if np.linalg.norm(aim - eef) < 0.015:
+            aim = grasp + [0, 0, 0.08]
+            if np.linalg.norm(aim - eef) < 0.012 and ep.memo.get("turn_error", 1.0) < 0.1:
                 ep.go("down")
             else:
-                return np.r_[_toward(eef, aim), 0, 0, 0, CLOSE]
+                return np.r_[_toward(eef, aim), 0, 0, 0, OPEN]
         if ep.phase == "down":
-            if np.linalg.norm(start - eef) < 0.008 or ep.still >= 2:
-                ep.go("push")
+            if np.linalg.norm(grasp - eef) < 0.008 or ep.still >= 2:
+                ep.go("grip")
             else:
-                return np.r_[_toward(eef, start), 0, 0, 0, CLOSE]
-        if ep.phase == "push":
-            if ep.count * self.chunk >= 40:
-                ep.go("start")
-            return np.r_[_toward(eef, start + [-0.01, 0.10, 0], gain=0.5), 0, 0, 0, CLOSE]
-        raise AssertionError(ep.phase)
-
-    # ------------------------------------------------------------------ push
-
-    @staticmethod
-    def _flat(state, obj):
-        ext = state["extents"].get(obj)
-        return ext is not None and ext[5] - ext[2] < 0.03 and ext[4] - ext[1] > 0.075
-
-    def _push(self, ep, eef, state, obj, target):
-        """Slide a flat object (a plate) over the table to its target, pushing from behind."""
-        ext = np.asarray(state["extents"][obj])
-        centre = (ext[:3] + ext[3:]) / 2
-        goal = self._place_point(state, target)
-        to_goal = goal[:2] - centre[:2]
-        distance = np.linalg.norm(to_goal)
-        d = to_goal / max(distance, 1e-6)
-        radius = (ext[3] - ext[0]) / 2
-        behind = np.r_[centre[:2] - d * (radius + 0.025), ext[2] + 0.012]
-        if ep.phase == "start":
-            ep.go("above")
-        if ep.phase == "above":
-            aim = behind + [0, 0, 0.08]
-            if np.linalg.norm(aim - eef) < 0.015:
-                ep.go("down")
+                return np.r_[_toward(eef, grasp), 0, 0, 0, OPEN]
+        if ep.phase == "grip":
+            if ep.count * self.chunk >= GRIPPER_STEPS:
+                ep.go("twist")
             else:
-                return np.r_[_toward(eef, aim), 0, 0, 0, CLOSE]
-        if ep.phase == "down":
-            if np.linalg.norm(behind - eef) < 0.01 or ep.still >= 2:
-                ep.go("push")
-            else:
-                return np.r_[_toward(eef, behind), 0, 0, 0, CLOSE]
-        if ep.phase == "push":
-            side = np.cross(np.r_[d, 0], np.r_[eef[:2] - centre[:2], 0])[2]
-            if abs(side) > 0.03 or distance < 0.005:  # slid off the line: set up again
-                ep.go("lift off")
-            else:
-                aim = np.r_[eef[:2] + d * min(distance, 0.05), behind[2]]
-                return np.r_[_toward(eef, aim, gain=0.7), 0, 0, 0, CLOSE]
-        if ep.phase == "lift off":
-            if eef[2] > behind[2] + 0.07:
+                return np.r_[_toward(eef, grasp), 0, 0, 0, CLOSE]
+        if ep.phase == "twist":
+            ep.memo["wanted"] = _rot([0, 0, 1], STOVE_ON + 0.4) @ across
+            if ep.count * self.chunk >= 40:  # the knob slipped: take it again
+                ep.go("let go")
+            return np.r_[_toward(eef, grasp), 0, 0, 0, CLOSE]
+        if ep.phase == "let go":
+            if ep.count * self.chunk >= GRIPPER_STEPS:
                 ep.go("above")
-            return np.r_[0, 0, 0.6, 0, 0, 0, CLOSE]
+            return np.r_[0, 0, 0.3, 0, 0, 0, OPEN]
         raise AssertionError(ep.phase)
 
     def _retry(self, ep):
