@@ -153,7 +153,7 @@ class OraclePolicy:
             action = self._open(ep, eef, state, goal[1])
         elif kind == "turnon":
             action = self._turn_on(ep, eef, state, goal[1])
-        elif kind in ("on", "in") and self._closed_drawer(state, goal[2]):
+        elif kind in ("on", "in") and (ep.memo.get("skill") == "open" or self._closed_drawer(state, goal[2])):
             action = self._open(ep, eef, state, goal[2], then="release")
         elif kind in ("on", "in"):
             if ep.memo.pop("skill", "pick") != "pick":
@@ -186,10 +186,15 @@ class OraclePolicy:
         if ep.phase == "start":
             ep.go("approach")
         if ep.phase == "approach":
+            if ep.still >= 3:  # blocked on the way (an open drawer, a shelf): pass higher
+                ep.memo["clear"] = ep.memo.get("clear", 0.0) + 0.05
+                ep.still = 0
             aim = grasp + [0, 0, 0.10]
             if np.linalg.norm((aim - eef)[:2]) < 0.01 and abs(aim[2] - eef[2]) < 0.02:
                 ep.go("descend")
             else:
+                if np.linalg.norm((aim - eef)[:2]) > 0.02:  # over there first, then down
+                    aim[2] = max(aim[2], eef[2]) + ep.memo.get("clear", 0.0)
                 return np.r_[_toward(eef, aim), 0, 0, 0, OPEN]
         if ep.phase == "descend":
             if (np.linalg.norm(grasp - eef) < 0.008 or (ep.still >= 2 and eef[2] - grasp[2] < 0.03)
@@ -287,7 +292,7 @@ class OraclePolicy:
         if ep.phase == "face":
             aim = handle + front * 0.12
             turned = ep.memo.get("turn_error", 1.0) < 0.1 or ep.count * self.chunk >= 60
-            if np.linalg.norm(aim - eef) < 0.015 and turned:
+            if (np.linalg.norm(aim - eef) < 0.02 or ep.still >= 3) and turned:
                 ep.go("insert")
             else:
                 return np.r_[_toward(eef, aim), 0, 0, 0, OPEN]
@@ -319,11 +324,17 @@ class OraclePolicy:
                 ep.go("back off")
             else:
                 return np.r_[0, 0, 0, 0, 0, 0, OPEN]
-        if ep.phase == "back off":
-            aim = handle + front * 0.12 + [0, 0, 0.08]
-            if np.linalg.norm(aim - eef) < 0.02:
-                ep.memo["skill"] = "done"  # the next skill starts from here
-            return np.r_[_toward(eef, aim), 0, 0, 0, OPEN]
+        if ep.phase == "back off":  # away and above, clear of the open drawer
+            aim = handle + front * 0.20 + [0, 0, 0.12]
+            if np.linalg.norm(aim - eef) < 0.02 or ep.still >= 3:
+                ep.go("hand down")
+            else:
+                return np.r_[_toward(eef, aim), 0, 0, 0, OPEN]
+        if ep.phase == "hand down":  # turn the hand back there, then the next skill starts
+            ep.memo["wanted"] = ep.memo["down"]
+            if ep.memo.get("turn_error", 1.0) < 0.1 or ep.count * self.chunk >= 40:
+                ep.memo["skill"] = "done"
+            return np.r_[0, 0, 0, 0, 0, 0, OPEN]
         raise AssertionError(ep.phase)
 
     # ------------------------------------------------------------------ stove
