@@ -317,8 +317,7 @@ class OraclePolicy:
         if ep.phase == "reopen":
             if ep.count * self.chunk >= GRIPPER_STEPS:
                 ep.go("face")
-            else:
-                return np.r_[0, 0, 0, 0, 0, 0, OPEN]
+            return np.r_[0, 0, 0, 0, 0, 0, OPEN]
         if ep.phase == "let go":
             if ep.count * self.chunk >= GRIPPER_STEPS:
                 ep.go("back off")
