@@ -156,8 +156,8 @@ class ModelService:
     def _encode(self, request: PredictRequest) -> Tuple[Any, dict]:
         """Validate the request (observation, seed, options), then the adapter's encode."""
         t0 = time.perf_counter()
-        validate_request(request, self.contract, self._request_options)
         check_privileged(request, self.info.capabilities, self.spec.name)
+        validate_request(request, self.contract, self._request_options)
         if request.candidate_actions is not None:
             self._check_candidates(request.candidate_actions)
         t1 = time.perf_counter()
