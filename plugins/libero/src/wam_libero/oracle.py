@@ -197,6 +197,11 @@ class OraclePolicy:
                     aim[2] = max(aim[2], eef[2]) + ep.memo.get("clear", 0.0)
                 return np.r_[_toward(eef, aim), 0, 0, 0, OPEN]
         if ep.phase == "descend":
+            sinking = eef[2] < ep.memo.get("z", np.inf) - 0.003
+            ep.memo["z"], ep.memo["stuck"] = eef[2], 0 if sinking else ep.memo.get("stuck", 0) + 1
+            if ep.memo["stuck"] >= 3 and eef[2] - grasp[2] > 0.04:  # something above the object: the other side
+                ep.memo.pop("z")
+                return self._retry(ep)
             if (np.linalg.norm(grasp - eef) < 0.008 or (ep.still >= 2 and eef[2] - grasp[2] < 0.03)
                     or ep.count * self.chunk >= 40):
                 ep.go("grasp")
