@@ -31,10 +31,10 @@ import numpy as np
 from wamcore import Adapter, AdapterContract, Capabilities, ModelSpec, Prediction
 from wamcore.specs import Option
 
+from .scripted import DEFAULT_CHUNK, _configure  # the chunk option: the same deployment rule
 from .spec import ACTION_SPACE, PLATFORM, STATE_SIZES
 
 NAME = "libero-oracle"
-DEFAULT_CHUNK = 4
 OPEN, CLOSE = -1.0, 1.0
 #: OSC_POSE translation per unit of action (osc_pose.json output_max)
 STEP_M = 0.05
@@ -396,14 +396,6 @@ class OraclePolicy:
 
 def load(config):
     return OraclePolicy(int(config.options.get("chunk") or DEFAULT_CHUNK))
-
-
-def _configure(spec, config):
-    import attrs
-
-    chunk = int(config.options.get("chunk") or DEFAULT_CHUNK)
-    adapter = attrs.evolve(spec.adapters[0], contract=attrs.evolve(spec.adapters[0].contract, chunk_size=chunk))
-    return attrs.evolve(spec, adapters=(adapter,), configure=None)
 
 
 ORACLE_MODEL = ModelSpec(
