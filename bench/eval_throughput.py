@@ -5,6 +5,10 @@
         --platform libero --backend libero-smoke --num-envs 1,2 --episodes-per-env 3 \\
         --set suite=libero_spatial --set task=0 --am-option chunk=8 --max-chunks 10
 
+    # LIBERO, the scripted reference policy (episodes end at success; it reads no image)
+    MUJOCO_GL=egl python bench/eval_throughput.py --platform libero --backend libero-oracle \\
+        --num-envs 1,2 --episodes-per-env 4 --set suite=libero_spatial --set task=0 --set cameras=false
+
     # PointMass with its reference WAM
     python bench/eval_throughput.py --platform pointmass --backend pointmass-wam --num-envs 1,2,4
 

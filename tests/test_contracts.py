@@ -100,6 +100,10 @@ requests = st.builds(
     seed=st.one_of(st.none(), st.integers(0, 2**31)),
     candidate_actions=st.one_of(st.none(), hnp.arrays(np.float32, st.tuples(st.integers(1, 8), st.integers(1, 4)))),
     options=st.dictionaries(names, json_scalars, max_size=3),
+    # a platform's privileged state: nested dicts and lists of arrays, words and numbers
+    privileged=st.one_of(st.none(), st.dictionaries(names, st.one_of(
+        json_scalars, st.lists(st.lists(names, max_size=3), max_size=2),
+        st.dictionaries(names, hnp.arrays(np.float64, st.integers(1, 7), elements=finite), max_size=3)), max_size=4)),
 )
 
 predictions = st.builds(

@@ -137,3 +137,52 @@ def test_wilson_interval():
     assert 0.88 < lo < 0.89 and 0.978 < hi < 0.98
     lo, hi = wilson_interval(0, 100)
     assert lo == 0.0 and 0.036 < hi < 0.038
+
+
+def _privileged_client(line_registry, native, privileged):
+    import attrs
+
+    from wamcore.contracts import Capabilities
+
+    spec = line_registry.model("line-p")
+    if privileged:
+        spec = attrs.evolve(spec, capabilities=Capabilities(actions=True, privileged_state=True))
+    return LocalModel(ModelService(spec, ModelConfig(platform="line"), native=native)).bind(line_registry.platform("line"))
+
+
+def test_privileged_state_reaches_only_a_model_that_declares_it(line_registry, env):
+    from wamcore.contracts import PredictRequest
+    from wamcore.errors import CapabilityError
+
+    truth = {"goal": [["at", "target"]], "target": np.array([0.3])}
+    env.privileged_state = lambda: truth  # what a simulator platform's env provides
+    seen = []
+
+    class Recording(ScriptedModel):
+        def predict_native(self, native, request):
+            seen.append(request.privileged)
+            return super().predict_native(native, request)
+
+    wam_act(_privileged_client(line_registry, Recording([np.zeros((4, 1))]), True), env)
+    assert seen[-1]["goal"] == [["at", "target"]] and seen[-1]["target"].tolist() == [0.3]
+    wam_act(_privileged_client(line_registry, Recording([np.zeros((4, 1))]), False), env)
+    assert seen[-1] is None  # a model without the capability is never handed it
+
+    plain = Recording([np.zeros((4, 1))])
+    model = _privileged_client(line_registry, plain, False)
+    obs = env.observe().select(model.contract.cameras, model.contract.state)  # what the client sends
+    request = PredictRequest(observation=obs, privileged=truth)
+    count = len(seen)
+    with pytest.raises(CapabilityError, match="privileged_state"):
+        model.predict(request)  # refused by the client, before anything is sent
+    with pytest.raises(CapabilityError, match="privileged_state"):
+        model.service.predict(request)  # and by the service, for a client that did not check
+    assert len(seen) == count
+
+
+def test_a_privileged_model_needs_an_env_that_provides_the_state(line_registry, env):
+    from wamcore.errors import CapabilityError
+
+    with pytest.raises(CapabilityError, match="does not provide"):
+        wam_act(_privileged_client(line_registry, ScriptedModel([np.zeros((4, 1))]), True), env)
+    assert env.steps == 0

@@ -36,6 +36,7 @@ CAPABILITY_NAMES = (
     "values",
     "world_features",
     "action_conditioned_futures",
+    "privileged_state",
 )
 
 
@@ -303,18 +304,36 @@ def _arrays_equal(a: Optional[Mapping], b: Optional[Mapping]) -> bool:
     return True
 
 
+def _nested_equal(a: Any, b: Any) -> bool:
+    """Equality of wire values (dicts and lists of arrays, strings and numbers)."""
+    if isinstance(a, Mapping) or isinstance(b, Mapping):
+        return isinstance(a, Mapping) and isinstance(b, Mapping) and a.keys() == b.keys() and all(
+            _nested_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b) and all(
+            _nested_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return _arrays_equal({"x": a}, {"x": b})
+    return a == b
+
+
 # ----------------------------------------------------------------------------- model side
 
 
 @attrs.frozen
 class Capabilities:
-    """What a model's predictions carry. Declared, never inferred from outputs."""
+    """What a model's predictions carry, and what it reads besides the observation.
+    Declared, never inferred from outputs. ``privileged_state``: the model reads the
+    simulator's ground truth (object poses, goals) through ``PredictRequest.privileged``,
+    as a scripted reference policy does; its figures are not a model's (the flag is part of
+    the model identity, and no other model is ever sent that state)."""
 
     actions: bool = True
     future_observations: bool = False
     values: bool = False
     world_features: bool = False
     action_conditioned_futures: bool = False
+    privileged_state: bool = False
 
     def names(self) -> list:
         return [n for n in CAPABILITY_NAMES if getattr(self, n)]
@@ -431,7 +450,9 @@ class ModelInfo:
 @attrs.frozen(eq=False)
 class PredictRequest:
     """One prediction request. ``instruction`` overrides the observation's for this request
-    only; ``candidate_actions`` asks an action-conditioned model what *that* chunk would do."""
+    only; ``candidate_actions`` asks an action-conditioned model what *that* chunk would do.
+    ``privileged`` is the env's ground truth (``Env.privileged_state()``), present only for
+    a model that declares the ``privileged_state`` capability (refused for any other)."""
 
     #: the physical observation, native units (selected to the adapter contract's cameras and state)
     observation: Observation
@@ -443,6 +464,7 @@ class PredictRequest:
     candidate_actions: Optional[np.ndarray] = None
     #: the backend's per-request options (``Option(deployment=False)``)
     options: dict = attrs.field(factory=dict, converter=_frozen_dict)
+    privileged: Optional[dict] = attrs.field(default=None, converter=_opt_dict)
 
     @property
     def effective_instruction(self) -> str:
@@ -461,6 +483,7 @@ class PredictRequest:
             and self.seed == other.seed
             and same_candidates
             and self.options == other.options
+            and _nested_equal(self.privileged, other.privileged)
         )
 
     def to_wire(self) -> dict:
@@ -471,6 +494,7 @@ class PredictRequest:
             seed=self.seed,
             candidate_actions=self.candidate_actions,
             options=dict(self.options),
+            privileged=self.privileged,
         )
 
     @classmethod
@@ -482,6 +506,7 @@ class PredictRequest:
             seed=d["seed"],
             candidate_actions=d["candidate_actions"],
             options=d["options"],
+            privileged=d.get("privileged"),
         )
 
 

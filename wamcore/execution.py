@@ -17,7 +17,7 @@ import attrs
 import numpy as np
 
 from .contracts import PredictRequest, Prediction
-from .errors import IncompatiblePairError
+from .errors import CapabilityError, IncompatiblePairError
 from .service import ModelClient
 from .specs import Env, Episode
 
@@ -89,7 +89,8 @@ def wam_act(
     for chunk in range(max_chunks):
         if env.steps >= env.max_steps:
             return ActResult(model.info.backend, chunk, steps, False, BUDGET_EXHAUSTED, tuple(predictions))
-        request = PredictRequest(observation=env.observe(), instruction=instruction, seed=seed, options=dict(options or {}))
+        request = PredictRequest(observation=env.observe(), instruction=instruction, seed=seed, options=dict(options or {}),
+                                 privileged=privileged_state(model, env))
         pred, actions = (execution or PAUSED).chunk(model, request)
         predictions.append(pred)
         for action in actions:
@@ -109,6 +110,20 @@ def wam_act(
                 return ActResult(model.info.backend, chunk + 1, steps, True, NATIVE_SUCCESS, tuple(predictions))
     stop = BUDGET_EXHAUSTED if env.steps >= env.max_steps else COMPLETED
     return ActResult(model.info.backend, max_chunks, steps, False, stop, tuple(predictions))
+
+
+def privileged_state(model: ModelClient, env: Env) -> Optional[dict]:
+    """The env's ground truth (``Env.privileged_state()``) for a model that declares the
+    ``privileged_state`` capability, else None: no other model is ever handed it."""
+    if not model.info.capabilities.privileged_state:
+        return None
+    read = getattr(env, "privileged_state", None)
+    if read is None:
+        raise CapabilityError(
+            f"model {model.info.backend!r} reads privileged simulator state, which this env "
+            f"({type(env).__name__}) does not provide (no privileged_state())"
+        )
+    return read()
 
 
 @attrs.frozen
@@ -298,6 +313,7 @@ __all__ = [
     "ActResult",
     "EpisodeResult",
     "wam_act",
+    "privileged_state",
     "run_episode",
     "evaluate",
     "ReusedEnv",

@@ -24,7 +24,8 @@ from .errors import CapabilityError, ConfigurationError, IncompatiblePairError, 
 from .hub import resolve_config
 from .pairing import check_model_info
 from .specs import ModelConfig, ModelSpec, PlatformSpec, resolve_callable
-from .validation import request_options, validate_actions, validate_candidates, validate_prediction, validate_request
+from .validation import (check_privileged, request_options, validate_actions, validate_candidates, validate_prediction,
+                         validate_request)
 
 DEFAULT_SESSION = "default"
 
@@ -166,6 +167,7 @@ class ModelService:
     def _encode(self, request: PredictRequest) -> Tuple[Any, dict]:
         """Validate the request (observation, seed, options), then the adapter's encode."""
         t0 = time.perf_counter()
+        check_privileged(request, self.info.capabilities, self.spec.name)
         validate_request(request, self.contract, self._request_options)
         if request.candidate_actions is not None:
             request = attrs.evolve(request, candidate_actions=self._check_candidates(request.candidate_actions))
@@ -245,6 +247,7 @@ class ModelClient:
     def predict(self, request: PredictRequest) -> Prediction:
         if self.contract is None or self.control is None:
             raise RuntimeError("bind() the model to a platform before predicting")
+        check_privileged(request, self.info.capabilities, self.info.backend)
         obs = request.observation.select(self.contract.cameras, self.contract.state)
         changes: dict = {"observation": obs}
         if request.candidate_actions is not None:

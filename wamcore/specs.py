@@ -165,6 +165,9 @@ class Env(Protocol):
     supports them (raise NotImplementedError otherwise). Optional: ``goal_distance(obs)
     -> float``, how far an observation (also a predicted one) is from the episode's goal,
     for planning towards it (``wamcore.planning``, ``wam eval --score goal``).
+    Optional: ``privileged_state() -> dict``, the simulator's ground truth (object poses,
+    the task's goal; plain values and arrays, documented by the platform), which ``wam_act``
+    hands only to a model that declares the ``privileged_state`` capability.
     """
 
     observation_spec: ObservationSpec

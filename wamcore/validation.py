@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from .contracts import AdapterContract, Capabilities, ControlSpec, Observation, ObservationSpec, PredictRequest, Prediction
-from .errors import ActionError, ObservationError, PredictionError
+from .errors import ActionError, CapabilityError, ObservationError, PredictionError
 from .specs import Option
 
 _BOUND_TOL = 1e-5
@@ -183,6 +183,16 @@ def validate_request(request: PredictRequest, contract: AdapterContract, options
     problems += _request_problems(request, options)
     if problems:
         raise ObservationError(problems, context=f"request for {contract.platform} adapter")
+
+
+def check_privileged(request: PredictRequest, capabilities: Capabilities, model: str) -> None:
+    """Privileged simulator state reaches only a model that declares ``privileged_state``
+    (checked on both ends of the boundary): ``CapabilityError`` otherwise, nothing sent."""
+    if request.privileged is not None and not capabilities.privileged_state:
+        raise CapabilityError(
+            f"model {model!r} does not declare the privileged_state capability: it may not receive the "
+            "simulator's privileged state (PredictRequest.privileged); only reference policies declare it"
+        )
 
 
 def check_observation_spec(obs: Observation, spec: ObservationSpec) -> None:

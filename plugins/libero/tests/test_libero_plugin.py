@@ -24,13 +24,15 @@ def test_libero_registers_platform_with_its_options(libero_registry):
     platform = libero_registry.platform("libero")
     assert platform.control == spec.LIBERO_CONTROL
     assert platform.control.action_space == "libero.osc_pose.delta.v1"
-    assert {o.name for o in platform.options} >= {"suite", "task", "init-state", "resolution", "fast-render", "settle-steps", "max-steps"}
+    assert {o.name for o in platform.options} >= {"suite", "task", "init-state", "resolution", "fast-render", "cameras",
+                                                  "settle-steps", "max-steps"}
     defaults = platform.with_defaults({})
     assert defaults["resolution"] == 256 and defaults["settle_steps"] == 10 and defaults["fast_render"] is False
     assert platform.observation_spec({}).cameras == {"primary": (256, 256), "wrist": (256, 256)}
     assert platform.observation_spec({"resolution": 96}).cameras == {"primary": (96, 96), "wrist": (96, 96)}
     assert platform.observation_spec({}).state == {"eef_position": 3, "eef_quaternion_xyzw": 4, "gripper_qpos": 2, "joint_positions": 7}
-    assert libero_registry.models_for("libero") == ["libero-smoke", "random"]  # random: the core's baseline
+    assert platform.observation_spec({"cameras": False}).cameras == {}
+    assert sorted(libero_registry.models_for("libero")) == ["libero-oracle", "libero-smoke", "random"]  # random: the core's baseline
 
 
 def test_libero_plugin_module_imports_no_simulator():

@@ -57,17 +57,19 @@ CAMERA_INFO = {
 }
 
 
-def observation_spec(resolution: int = DEFAULT_RESOLUTION) -> ObservationSpec:
+def observation_spec(resolution: int = DEFAULT_RESOLUTION, cameras: bool = True) -> ObservationSpec:
     """Cameras ``primary`` (agentview) and ``wrist`` (eye-in-hand), square, top-left origin.
 
     robosuite renders bottom-up; the platform flips each image once vertically (``img[::-1]``),
     which is Cosmos Policy's ``np.flipud`` input (NVlabs/cosmos-policy
     ``cosmos_policy/experiments/robot/libero/libero_utils.py``). Models trained on images
     rotated 180° (Fast-WAM, StarWAM, openpi: ``[::-1, ::-1]``) add a left-right flip in their
-    adapter."""
+    adapter. ``cameras=False`` (``--no-cameras``): no camera at all, for policies that read
+    no images (pairing then refuses any model that needs one)."""
     r = int(resolution)
-    return ObservationSpec(cameras={"primary": (r, r), "wrist": (r, r)}, state=STATE_SIZES, units=STATE_UNITS,
-                           camera_info=CAMERA_INFO)
+    roles = {"primary": (r, r), "wrist": (r, r)} if cameras else {}
+    return ObservationSpec(cameras=roles, state=STATE_SIZES, units=STATE_UNITS,
+                           camera_info={k: v for k, v in CAMERA_INFO.items() if k in roles})
 
 
 LIBERO_OBSERVATION = observation_spec()

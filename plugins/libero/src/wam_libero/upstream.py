@@ -104,10 +104,12 @@ def import_simulator() -> Any:
             import robosuite  # noqa: F401
             from libero.libero import benchmark, get_libero_path
             from libero.libero.envs import OffScreenRenderEnv
+            from libero.libero.envs.env_wrapper import ControlEnv
     except ImportError as exc:
         missing = getattr(exc, "name", None) or str(exc)
         raise DependencyNotInstalled(f"{missing} (LIBERO simulator)", SIM_INSTALL, "platform libero") from exc
-    return _Simulator(benchmark=benchmark, get_libero_path=get_libero_path, OffScreenRenderEnv=OffScreenRenderEnv)
+    return _Simulator(benchmark=benchmark, get_libero_path=get_libero_path, OffScreenRenderEnv=OffScreenRenderEnv,
+                      ControlEnv=ControlEnv)
 
 
 @attrs.frozen
@@ -115,6 +117,7 @@ class _Simulator:
     benchmark: Any
     get_libero_path: Any
     OffScreenRenderEnv: Any
+    ControlEnv: Any
 
 
 @attrs.frozen
