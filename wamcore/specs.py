@@ -41,7 +41,8 @@ RESERVED_OPTION_NAMES = frozenset(
     host port token parent-watch ready-file session-ttl batch-window-ms max-batch
     max-sessions max-local-connections max-message-mb message-timeout protocol
     num-envs am-restarts skip-memory-check am-batch-window-ms executor ray-address num-model-workers report
-    cache set best-of score default-prompt max-shared-mb idle-grace from retry-failed platform-options""".split()
+    cache set best-of score default-prompt max-shared-mb idle-grace from retry-failed
+    realtime execution latency-ms control-hz platform-options""".split()
 )
 
 

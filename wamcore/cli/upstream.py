@@ -60,7 +60,7 @@ def fetch(ctx, model, into, archives, dry):
 
 @upstream_group.command()
 @click.argument("model")
-@click.option("--python", "python", default=sys.executable, show_default=True,
+@click.option("--python", "python", default=sys.executable, show_default="the python running wam",
               help="The model environment's python (pip installs there).")
 @click.option("--into", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the checkouts go [default: src/ in that python's environment].")
