@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import gymnasium
 import numpy as np
@@ -23,12 +24,16 @@ PENDULUM = ["--platform", "gymnasium", "--gym-id", "InvertedPendulum-v5"]
 BALANCED = ["--gym-success", "wam_gymnasium.models:pendulum_balanced"]
 
 
-def wam(*args, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "wamcore", *args], capture_output=True, text=True, timeout=600, cwd=cwd)
+#: Meta-World pins mujoco 3.3.0, LIBERO 3.17.0: Meta-World runs in an environment of its own (.ci/install)
+METAWORLD_PYTHON = Path(__file__).resolve().parents[3] / ".venv-metaworld" / "bin" / "python"
 
 
-def run_json(*args) -> dict:
-    done = wam("run", *args, "--json")
+def wam(*args, cwd=None, python=sys.executable) -> subprocess.CompletedProcess:
+    return subprocess.run([str(python), "-m", "wamcore", *args], capture_output=True, text=True, timeout=600, cwd=cwd)
+
+
+def run_json(*args, python=sys.executable) -> dict:
+    done = wam("run", *args, "--json", python=python)
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -55,8 +60,9 @@ def test_eval_with_two_env_processes_equals_one(tmp_path):
 
 
 def test_a_scripted_expert_succeeds_on_meta_world_mt1_reach():
+    assert METAWORLD_PYTHON.exists(), "no .venv-metaworld: run bash .ci/install"
     result = run_json("--platform", "gymnasium", "--gym-id", "Meta-World/MT1", "--gym-kwargs", '{"env_name": "reach-v3"}',
-                      "--gym-instruction", "reach the goal", "--am-backend", "gym-scripted")
+                      "--gym-instruction", "reach the goal", "--am-backend", "gym-scripted", python=METAWORLD_PYTHON)
     assert result["success"] and result["stop_reason"] == "native_success" and result["steps"] < 500
     assert result["instruction"] == "reach the goal"
     assert result["model_identity"]["checkpoint"] == "metaworld.policies.SawyerReachV3Policy"
