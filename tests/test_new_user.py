@@ -257,8 +257,8 @@ def test_wam_plugins_fails_when_a_plugin_failed_to_load(line_registry):
 def test_eval_help_in_sections_with_one_device_story():
     text = invoke("eval", "--help").output
     sections = [line for line in text.splitlines() if line.endswith(":") and not line.startswith(" ")]
-    assert sections[:4] == ["Run options:", "Model worker options:", "Platform options (pointmass):",
-                            "Model options (pointmass-wam):"]
+    assert sections == ["Run options:", "Model worker options:", "Platform options (pointmass):",
+                        "Model options (pointmass-wam):", "Real-time options:"]
     run_part = text[text.index("Run options:"):text.index("Model worker options:")]
     worker_part = text[text.index("Model worker options:"):text.index("Platform options (pointmass):")]
     assert "--episodes" in run_part and "--am-cuda-device" not in run_part

@@ -188,8 +188,10 @@ class WamCommand(click.Command):
             record = param.get_help_record(ctx)
             if record is not None:
                 groups.setdefault(_section_of(param, self.default_section), []).append(record)
+        # ours first, then the plugins' (platform, model), then the rest (real time, ...)
         order = [s for s in SECTIONS if s in groups] + sorted(
-            (s for s in groups if s not in SECTIONS and s != "Options"), key=lambda s: not s.startswith("Platform"))
+            (s for s in groups if s not in SECTIONS and s != "Options"),
+            key=lambda s: 0 if s.startswith("Platform") else 1 if s.startswith("Model") else 2)
         for name in order + (["Options"] if "Options" in groups else []):
             with formatter.section(f"{name} options" if name in SECTIONS else name):
                 formatter.write_dl(groups[name])
@@ -353,7 +355,7 @@ def _episode_options() -> List[click.Option]:
     ])
 
 
-REALTIME = "Real time"
+REALTIME = "Real-time options"
 
 
 def realtime_options() -> List[click.Option]:

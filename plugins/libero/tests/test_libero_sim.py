@@ -81,7 +81,7 @@ def test_libero_reset_loads_the_init_state(env):
     b = env.reset(seed=0, init_state=1)
     assert not np.array_equal(a.images["primary"], b.images["primary"])
     assert env.reset(seed=0, init_state=0) == a
-    assert env.episode == {"suite": "libero_spatial", "task": 0, "init_state": 0, "seed": 0}
+    assert env.episode == {"suite": "libero_spatial", "task": 0, "init_state": 0, "seed": 0, "env_seed": 0}
     with pytest.raises(ConfigurationError, match="init state"):
         env.reset(init_state=env.init_state_count)
 
