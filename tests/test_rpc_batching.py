@@ -21,6 +21,7 @@ from helpers_workers import no_leaks, scripted_env, served, worker_env  # noqa: 
 
 import wamtest_batching  # noqa: E402
 import wamtest_scripted as toy  # noqa: E402
+from wamcore.testing import run_concurrently  # noqa: E402
 from wamcore.contracts import Observation, PredictRequest  # noqa: E402
 from wamcore.errors import ConfigurationError, ObservationError, PredictionError  # noqa: E402
 from wamcore.registry import Registry  # noqa: E402
@@ -55,23 +56,9 @@ def concurrently(endpoint, jobs):
     """Run ``job(model)`` for each job at once, each in its own thread with its own client
     (even ones over ZeroMQ, odd ones over the local Unix channel); returns (model session,
     result or exception) per job, in order."""
-    results = [None] * len(jobs)
     models = [RemoteModel(endpoint, local_channel=bool(i % 2)).bind(TOY) for i in range(len(jobs))]
-    start = threading.Barrier(len(jobs))
-
-    def run(i):
-        start.wait()
-        try:
-            results[i] = jobs[i](models[i])
-        except Exception as exc:
-            results[i] = exc
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
     try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        results = run_concurrently(models, jobs, timeout_s=60)
         return [(m.session, r) for m, r in zip(models, results)]
     finally:
         for m in models:

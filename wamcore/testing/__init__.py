@@ -278,6 +278,30 @@ def _malformed(obs: Observation, contract) -> list:
     return cases
 
 
+def run_concurrently(clients, jobs, timeout_s: float = 600.0) -> list:
+    """``jobs[i](clients[i])`` for every job at once, each in its own thread, released together
+    (so that a batching worker sees them in one window); the result or the exception, per job.
+    What a model plugin's batching tests need: concurrent sessions against one worker."""
+    import threading
+
+    results: list = [None] * len(jobs)
+    start = threading.Barrier(len(jobs))
+
+    def run(i):
+        start.wait()
+        try:
+            results[i] = jobs[i](clients[i])
+        except Exception as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout_s)
+    return results
+
+
 __all__ = [
     "ConformanceError",
     "check_platform",
@@ -286,4 +310,5 @@ __all__ = [
     "observation_difference",
     "neutral_action",
     "random_actions",
+    "run_concurrently",
 ]

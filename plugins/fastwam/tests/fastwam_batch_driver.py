@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
 
 from wamcore import Observation, PredictRequest
+from wamcore.testing import run_concurrently
 from wamcore.registry import Registry
 from wamcore.rpc import RemoteModel
 from wamcore.runtime import WorkerConfig, open_model
@@ -48,22 +48,7 @@ def observation(index: int, instruction: str = INSTRUCTION) -> Observation:
 
 def concurrently(models, jobs):
     """``job(model)`` for each model at once; the result or the exception, per job."""
-    results = [None] * len(jobs)
-    start = threading.Barrier(len(jobs))
-
-    def run(i):
-        start.wait()
-        try:
-            results[i] = jobs[i](models[i])
-        except Exception as exc:
-            results[i] = exc
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(900)
-    return results
+    return run_concurrently(models, jobs, timeout_s=900)
 
 
 def chunk(pred):

@@ -19,12 +19,12 @@ multiplies taller matrices, and CPU GEMM kernels round those differently (measur
 
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 import pytest
 
 from wamcore import ModelConfig, ModelService, Observation, PredictRequest
+from wamcore.testing import run_concurrently
 from wamcore.errors import CheckpointError, ConfigurationError, ObservationError
 from wamcore.registry import Registry
 from wamcore.rpc import RemoteModel
@@ -59,23 +59,8 @@ def request(i: int, seed: int) -> PredictRequest:
 def concurrently(endpoint, platform, jobs):
     """Each job on its own client and thread, all at once; results (or exceptions) in order."""
     clients = [RemoteModel(endpoint, local_channel=bool(i % 2)).bind(platform) for i in range(len(jobs))]
-    results: list = [None] * len(jobs)
-    start = threading.Barrier(len(jobs))
-
-    def run(i):
-        start.wait()
-        try:
-            results[i] = jobs[i](clients[i])
-        except Exception as exc:
-            results[i] = exc
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
     try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(900)
-        return results
+        return run_concurrently(clients, jobs, timeout_s=900)
     finally:
         for c in clients:
             c.close()
