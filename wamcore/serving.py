@@ -55,14 +55,19 @@ class ServingProtocol:
     names what ``serve`` imports (``wam doctor`` checks it without importing it).
     """
 
+    #: ``wam serve --protocol NAME``
     name: str
+    #: ``serve(service, settings, **options)``: ``"module:attr"`` (imported only when spoken) or a callable
     serve: Union[str, Callable[..., None]]
     #: one line for ``wam serve --protocol list``
     help: str = ""
     #: its own ``wam serve`` options (shown by ``wam serve --protocol NAME --help``)
     options: Tuple[Option, ...] = attrs.field(default=(), converter=_tuple)
+    #: ``check(contract, **options)``, run before the model loads; raises ``ConfigurationError``
     check: Optional[Union[str, Callable[..., None]]] = None
+    #: modules ``serve`` imports, with their install commands (``wam doctor``)
     requires: Tuple[Requirement, ...] = attrs.field(default=(), converter=_tuple)
+    #: other names ``--protocol`` accepts
     aliases: Tuple[str, ...] = attrs.field(default=(), converter=_tuple)
 
     def entry(self, what: str = "serve") -> Callable[..., Any]:

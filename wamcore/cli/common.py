@@ -228,6 +228,14 @@ class PairedCommand(WamCommand):
         if not platform_options:  # `wam serve`: its own options configure the worker
             self.default_section = MODEL_WORKER
 
+    def own_params(self) -> List[click.Parameter]:
+        """wamcore's own options: the command's, and for ``wam serve`` those of the built-in
+        ``wamcore`` protocol (no plugin's)."""
+        from ..serving import WAMCORE
+
+        own = [_click_option(o, hidden=False, owner=f"protocol {WAMCORE.name}") for o in WAMCORE.options]
+        return self._base_params + (own if self._serving_protocols else [])
+
     @staticmethod
     def _serving_protocol(ctx: click.Context, reg: Registry, args: List[str]) -> Optional[str]:
         """The id of the chosen ``--protocol``; an unknown one is refused before its flags are

@@ -71,6 +71,16 @@ def close(policy: WebsocketClientPolicy) -> None:
     policy._ws.close()  # openpi-client has no close(); its connection is this attribute
 
 
+def test_the_plugin_registers_the_openpi_protocol_with_its_own_options():
+    from wam_openpi import plugin
+    from wamcore.registry import Registry
+
+    registry = Registry(entry_points=False)
+    record = registry.register(plugin, name="openpi")
+    assert record.serving_protocols == ["openpi"] and record.problems == []  # its flags are not wamcore's own
+    assert [o.flag for o in registry.serving_protocol("openpi").options] == ["--default-prompt", "--idle-grace"]
+
+
 def test_openpi_client_gets_the_actions_our_protocol_gives(tmp_path):
     registry = default_registry()
     platform = registry.platform("pointmass")

@@ -50,7 +50,7 @@ from . import codec
 from .generic import Layout, inject_default_prompt
 from .layouts import layout_for
 
-log = logging.getLogger("wamcore.openpi")
+log = logging.getLogger("wam_openpi")
 
 PROTOCOL = "openpi"
 API_KEY_PREFIX = "Api-Key "  # openpi-client's WebsocketClientPolicy(api_key=...) header
