@@ -9,6 +9,7 @@ from typing import List
 import click
 
 from ..errors import ConfigurationError, WamError
+from ..serving import ServeSettings, ServingProtocol, format_serving_protocols
 from ..specs import normalize_id
 from .common import PairedCommand, PrimaryFlagOption, _parse_am_options, _registry, cli, split_plugin_options
 
@@ -46,8 +47,8 @@ def _serve_options() -> List[click.Option]:
         click.Option(["--ready-file"], type=click.Path(dir_okay=False), default=None,
                      help="Also write the ready line (JSON: endpoint, port, device, pid) to this file."),
         click.Option(["--max-sessions"], type=click.IntRange(min=1), default=256, show_default=True,
-                     help="Most open client sessions; at the limit a new client replaces one that is idle (each protocol says "
-                          "which: wamcore the oldest never used)."),
+                     help="Most open client sessions; at the limit a new client replaces an idle one (each protocol "
+                          "says which: wamcore the oldest never used)."),
         click.Option(["--max-message-mb"], type=click.FloatRange(min=0.001), default=256.0, show_default=True,
                      help="Largest request, in MiB (frames, or shared-memory arrays of one request)."),
         o("--cuda-device", "--am-cuda-device", "cuda_device", default=None,
@@ -69,8 +70,6 @@ def _platform_options(text):
 
 def _list_protocols(ctx: click.Context, param: click.Parameter, value: str) -> str:
     if value.strip().lower() == "list":
-        from ..serving import format_serving_protocols
-
         reg = _registry(ctx)
         protocols = reg.serving_protocols()
         owners = {}
@@ -82,19 +81,20 @@ def _list_protocols(ctx: click.Context, param: click.Parameter, value: str) -> s
     return value
 
 
-def _protocol_options(ctx: click.Context, kwargs, protocol: str) -> dict:
+def _protocol_options(ctx: click.Context, kwargs, protocol: ServingProtocol) -> dict:
     """The chosen serving protocol's own options by dest; another protocol's, given here, is refused."""
-    values = {}
+    name = normalize_id(protocol.name)
+    values = {o.dest: o.default for o in protocol.options}  # a flag a chosen backend took keeps its default
     for param in ctx.command.params:
         owner = getattr(param, "wam_owner", "")
         if not owner.startswith("protocol "):
             continue
         value = kwargs.pop(param.name, None)
-        if owner == f"protocol {protocol}":
+        if owner == f"protocol {name}":
             values[param.wam_option.dest] = value
         elif ctx.get_parameter_source(param.name) == click.core.ParameterSource.COMMANDLINE:
             raise ConfigurationError(f"{param.opts[0]} is an option of --protocol {owner.split(' ', 1)[1]}, not of the "
-                                     f"chosen --protocol {protocol}")
+                                     f"chosen --protocol {name}")
     return values
 
 
@@ -115,7 +115,6 @@ def serve(ctx, **kwargs):
     from ..rpc import server as rpc_server
     from ..runtime import typed_options
     from ..service import ModelService
-    from ..serving import ServeSettings
     from ..specs import ModelConfig
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
@@ -130,7 +129,7 @@ def serve(ctx, **kwargs):
     rpc_server.check_bind(settings.host, settings.token)
     reg = _registry(ctx)
     protocol = reg.serving_protocol(kwargs.pop("protocol"))
-    options = _protocol_options(ctx, kwargs, normalize_id(protocol.name))
+    options = _protocol_options(ctx, kwargs, protocol)
     spec = reg.model(kwargs.pop("am_backend"))
     platform, platform_spec = kwargs.pop("platform"), None
     try:

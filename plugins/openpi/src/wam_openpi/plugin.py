@@ -82,8 +82,8 @@ OPENPI_PROTOCOL = ServingProtocol(
     help="openpi's websocket policy protocol, for openpi clients (openpi-client's WebsocketClientPolicy, "
          "openpi's LIBERO and ALOHA examples; docs/openpi.md)",
     options=(
-        Option("default-prompt", help="The prompt of requests that carry none, as openpi's serve_policy.py "
-                                      "--default_prompt (without one, such a request is refused, as openpi's policies do)."),
+        Option("default-prompt", help="The prompt of requests that carry none, as openpi's serve_policy.py --default_prompt "
+                                      "(without one, such a request is refused, as openpi's policies do)."),
         Option("idle-grace", type="float", default=30.0, minimum=0.0,
                help="At --max-sessions, a new client takes the place of the least recently active connection idle "
                     "this long (one that never sent a request: after 1 s)."),
