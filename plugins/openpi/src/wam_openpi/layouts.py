@@ -40,6 +40,7 @@ from wam_libero.spec import ACTION_SPACE as LIBERO_ACTION_SPACE, STATE_SIZES as 
 from wam_robotwin.spec import ACTION_SPACE as ROBOTWIN_ACTION_SPACE
 from wamcore import AdapterContract, ConfigurationError, Observation
 from wamcore.specs import normalize_id
+
 from .generic import PROMPT, GenericLayout, Layout, check_keys, raise_problems
 
 
