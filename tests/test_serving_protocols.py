@@ -27,7 +27,7 @@ from wamcore import ModelConfig, ModelService, Option, PredictRequest, Requireme
 from wamcore.cli import cli  # noqa: E402
 from wamcore.errors import DependencyNotInstalled, UnknownServingProtocolError  # noqa: E402
 from wamcore.registry import Registry  # noqa: E402
-from wamcore.serving import ServingProtocol  # noqa: E402
+from wamcore.serving import WAMCORE, ServingProtocol  # noqa: E402
 
 TOY_ENV = {"WAMCORE_PLUGIN_MODULES": f"{PLUGIN_MODULE},wamtest_serving"}
 
@@ -121,7 +121,7 @@ def test_the_registry_keeps_the_core_protocol_and_reserved_flags():
 
     reg = Registry(entry_points=False)
     record = reg.register(Plugin(), name="greedy")
-    assert reg.serving_protocol("wamcore").serve is not None and reg.owner("serving_protocol", "wamcore") is None
+    assert reg.serving_protocol("wamcore") is WAMCORE and reg.owner("serving_protocol", "wamcore") is None
     assert any("serving_protocol id 'wamcore' is already registered by plugin 'wamcore'" in p for p in record.problems)
     assert any("option --port is one of wamcore's own options" in p for p in record.problems)
     assert record.serving_protocols == ["other"]
