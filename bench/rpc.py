@@ -1,11 +1,11 @@
 """Predict round trip of a wamcore worker against raw TCP and openpi's websocket protocol.
 
-Run from the repository root, in a venv with wamcore, ``websockets`` and ``openpi-client``
-(installed ``--no-deps``: it pins numpy<2 and only its websocket client and msgpack_numpy
-are used here)::
+Run from the repository root, in a venv with wamcore, ``wam-openpi`` (openpi's serving
+protocol, and ``websockets``) and ``openpi-client`` (installed ``--no-deps``: it pins numpy<2
+and only its websocket client and msgpack_numpy are used here)::
 
     python -m venv .venv-bench
-    .venv-bench/bin/pip install -e ".[openpi]" typing_extensions
+    .venv-bench/bin/pip install -e . -e plugins/libero -e plugins/robotwin -e plugins/openpi typing_extensions
     .venv-bench/bin/pip install --no-deps openpi-client
     .venv-bench/bin/python bench/rpc.py --rounds 3 --n 2000 --out runs/bench-rpc.json
 
@@ -119,10 +119,10 @@ def generic_obs(payload: str) -> dict:
             "observation/state/state": obs.state["state"], "prompt": PROMPT}
 
 
-def _bench_plugin_env() -> None:
-    """A worker started from here imports this file as its plugin module ``rpc``."""
+def _bench_plugin_env(*modules: str) -> None:
+    """A worker started from here imports this file as its plugin module ``rpc`` (and ``modules``)."""
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
-    os.environ["WAMCORE_PLUGIN_MODULES"] = "rpc"
+    os.environ["WAMCORE_PLUGIN_MODULES"] = ",".join(("rpc", *modules))
     os.environ["WAMCORE_LOAD_PLUGINS"] = ""
 
 
@@ -380,7 +380,7 @@ def run_case(transport: str, payload: str, n: int, warmup: int, tmp: Path) -> di
     else:
         port_file = tmp / f"{transport}-{payload}-{os.getpid()}.port"  # never a previous round's
         if transport == "wamcore_openpi":
-            _bench_plugin_env()
+            _bench_plugin_env("wam_openpi.plugin")  # the serving protocol openpi
             ready = tmp / f"{transport}-{payload}-{os.getpid()}.ready"
             server = subprocess.Popen([sys.executable, "-m", "wamcore", "serve", "--protocol", "openpi", "--am-backend",
                                        "bench-echo", "--platform", f"bench-{payload}", "--ready-file", str(ready)],

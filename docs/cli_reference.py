@@ -26,7 +26,10 @@ fails when this page is stale); do not edit it by hand. It lists wamcore's own o
 `wam run` and `wam eval` also take the options of the chosen platform and model, listed by
 `--help` under "Platform options (NAME)" and "Model options (NAME)" once `--platform` and
 `--am-backend` are on the command line (`wam eval --platform libero --am-backend starwam
---help`); plugins may add commands of their own (`wam --help` lists them).
+--help`). `wam serve` takes the options of its `--protocol`: those of wamcore's own protocol
+are listed here, a plugin's under "Serving protocol options (NAME)" (`wam serve --protocol
+openpi --am-backend ID --platform ID --help`); plugins may add commands of their own (`wam
+--help` lists them).
 
 GPUs, in one place: `--am-cuda-device`, else `--cuda-device`, else the inherited
 `CUDA_VISIBLE_DEVICES`, is what a worker started with `--am-python` sees; a backend's own
@@ -38,11 +41,10 @@ process (no `--am-python`, no `--am-endpoint`) sees this process's `CUDA_VISIBLE
 @contextlib.contextmanager
 def _own_params(command: click.Command) -> Iterator[None]:
     """A paired command's own options only (parsing may have added a plugin's)."""
-    base = getattr(command, "_base_params", None)
-    if base is None:
+    if not hasattr(command, "own_params"):
         yield
         return
-    params, command.params = command.params, list(base)
+    params, command.params = command.params, command.own_params()
     try:
         yield
     finally:

@@ -12,7 +12,7 @@ from pathlib import Path
 import attrs
 
 import wamcore
-from wamcore import contracts, doctor, eval_protocols, specs
+from wamcore import contracts, doctor, eval_protocols, serving, specs
 from wamcore.probe import sets
 
 OUT = Path(__file__).resolve().parent / "reference.md"
@@ -25,6 +25,7 @@ SECTIONS = [
     ("Model side", [specs.ModelSpec, specs.Adapter, contracts.AdapterContract, contracts.Capabilities,
                     specs.ModelConfig, specs.NativeModel, contracts.PredictRequest, contracts.Prediction,
                     contracts.ModelInfo, eval_protocols.EvalProtocol]),
+    ("Serving protocols", [serving.ServingProtocol, serving.ServeSettings]),
     ("Diagnostics", [doctor.DoctorCheck]),
 ]
 

@@ -216,7 +216,7 @@ def test_every_own_flag_is_reserved_for_plugins():
     from wamcore.specs import RESERVED_OPTION_NAMES
 
     for name in ("run", "eval", "serve"):
-        for param in cli.commands[name]._base_params:
+        for param in cli.commands[name].own_params():  # serve's: with the wamcore protocol's
             for flag in [*param.opts, *param.secondary_opts]:
                 assert flag.lstrip("-") in RESERVED_OPTION_NAMES, (name, flag)
 

@@ -9,7 +9,7 @@ HEAVY = ("torch", "mujoco", "robosuite", "libero", "sapien", "ray", "websockets"
 
 
 def test_import_wamcore_imports_nothing_heavy():
-    code = "import sys, wamcore, wamcore.cli, wamcore.testing, wamcore.evaluation, wamcore.evaluation.ray_executor, wamcore.openpi.codec, wamcore.openpi.layouts; print(','.join(m for m in %r if m in sys.modules))" % (HEAVY,)
+    code = "import sys, wamcore, wamcore.cli, wamcore.testing, wamcore.evaluation, wamcore.evaluation.ray_executor, wamcore.serving; print(','.join(m for m in %r if m in sys.modules))" % (HEAVY,)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
 
@@ -31,9 +31,11 @@ def test_eval_help_lists_the_parallel_options_without_importing_ray():
 
 
 def test_serve_help_and_the_openpi_plugin_import_no_websockets():
-    """websockets is imported only when the openpi protocol is spoken (``wamcore[openpi]``)."""
-    code = ("import sys\nfrom wamcore.cli import main\nimport wam_openpi.plugin\ntry:\n    main(['serve', '--help'])\n"
+    """websockets is imported only when the openpi protocol (wam-openpi's) is spoken."""
+    code = ("import sys\nfrom wamcore.cli import main\nimport wam_openpi.plugin\ntry:\n"
+            "    main(['serve', '--protocol', 'openpi', '--am-backend', 'pointmass-wam', '--platform', 'pointmass', '--help'])\n"
             "except SystemExit:\n    pass\nprint('HEAVY:' + ','.join(m for m in %r if m in sys.modules))" % (HEAVY[:7],))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "--protocol [wamcore|openpi]" in out.stdout
+    assert "--protocol NAME|list" in out.stdout and "Serving protocol options (openpi):" in out.stdout
+    assert "--default-prompt" in out.stdout and "--session-ttl" not in out.stdout
     assert out.stdout.strip().endswith("HEAVY:")

@@ -232,8 +232,9 @@ def test_doctor_in_an_environment_without_torch_does_not_say_all_passed(tmp_path
     assert re.search(r"\[(ok  |warn)\] extra report: needed by `wam report`", out)
     here = wam("doctor", cwd=tmp_path)
     assert "[ok  ] `wam run` (in this process): pointmass-wam on pointmass" in here.stdout
-    for extra in ("video", "report", "openpi", "ray"):
+    for extra in ("video", "report", "ray"):
         assert f"[ok  ] extra {extra}: needed by" in here.stdout
+    assert "[ok  ] serving protocol wamcore: zmq" in here.stdout
 
 
 def test_wam_plugins_fails_when_a_plugin_failed_to_load(line_registry):

@@ -24,7 +24,6 @@ CORE_DEPENDENCIES = ("numpy", "attrs", "pluggy", "click", "msgpack", "pyzmq", "r
 EXTRAS = {
     "video": (("PIL", "imageio_ffmpeg"), "`wam run --video`, `wam eval --video`"),
     "report": (("matplotlib",), "`wam report`, `wam eval --report`"),
-    "openpi": (("websockets",), "`wam serve --protocol openpi`"),
     "ray": (("ray",), "`wam eval --executor ray`"),
 }
 
@@ -114,7 +113,8 @@ def run_checks(
             DoctorCheck(
                 label,
                 record.ok,
-                "loaded: " + ", ".join(record.platforms + record.models) if record.ok else record.error or "",
+                "loaded: " + ", ".join(record.platforms + record.models + record.serving_protocols) if record.ok
+                else record.error or "",
                 "" if record.ok else "see `wam plugins --json` for the traceback; reinstall the plugin or its dependencies",
             )
         )
@@ -143,6 +143,8 @@ def run_checks(
         checks += requirement_checks(f"platform {name}", spec.requires, level="warning" if not platform else "error")
         if spec.doctor is not None:
             checks += _plugin_checks(f"platform {name}", spec.doctor, options)
+    for name, protocol in sorted(registry.serving_protocols().items()):
+        checks += requirement_checks(f"serving protocol {name}", protocol.requires, level="warning")
     for name, spec in sorted(registry.models().items()):
         if backend and name != backend:
             continue

@@ -73,6 +73,10 @@ class UnknownProbeSetError(UnknownIdError):
     kind = "probe set"
 
 
+class UnknownServingProtocolError(UnknownIdError):
+    kind = "serving protocol"
+
+
 class PluginLoadError(PluginError):
     """A plugin failed to import or register; raised when one of its ids is asked for."""
 

@@ -103,6 +103,30 @@ def wam_register_probe_sets(register: Callable[..., None]) -> None:
 
 
 @hookspec
+def wam_register_serving_protocols(register: Callable[..., None]) -> None:
+    """Register serving protocols: how clients other than wamcore's talk to ``wam serve``.
+
+    :param register: call ``register(protocol)`` once per protocol, with a
+        :class:`wamcore.serving.ServingProtocol`: its ``name``, a ``help`` line, its own
+        ``options`` (shown by ``wam serve --protocol NAME --help``, refused with another
+        protocol), ``serve`` (``"module:attr"``, imported only when the protocol is spoken:
+        ``serve(service, settings, **options)`` with a loaded :class:`wamcore.ModelService`
+        and :class:`wamcore.serving.ServeSettings`), an optional ``check(contract, **options)``
+        run before the model loads, and ``requires``. ``wam serve --protocol NAME`` speaks it;
+        ``--protocol list`` lists them. The core's own protocol, ``wamcore``, is built in.
+
+    Use in a plugin::
+
+        @hookimpl
+        def wam_register_serving_protocols(register):
+            register(ServingProtocol(name="line-http", serve="wam_line.http:serve",
+                                     help="JSON over HTTP", options=[Option("path", default="/act")]))
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
 def wam_register_commands(cli) -> None:
     """Add sub-commands to the ``wam`` command line.
 

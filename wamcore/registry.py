@@ -36,13 +36,16 @@ from .errors import (
     UnknownPlatformError,
     UnknownProbeSetError,
     UnknownProtocolError,
+    UnknownServingProtocolError,
 )
 from .eval_protocols import EvalProtocol
 from .probe.sets import ProbeSet
+from .serving import WAMCORE as WAMCORE_PROTOCOL, ServingProtocol
 from .specs import RESERVED_OPTION_NAMES, ModelSpec, PlatformSpec, normalize_id
 
 ENTRY_POINT_GROUP = "wamcore"
 #: owner of what the core registers itself: the ``random`` baseline (:mod:`wamcore.baselines`)
+#: and the ``wamcore`` serving protocol (:mod:`wamcore.serving`)
 CORE_OWNER = "wamcore"
 LOAD_ENV = "WAMCORE_LOAD_PLUGINS"
 MODULES_ENV = "WAMCORE_PLUGIN_MODULES"
@@ -62,6 +65,8 @@ KNOWN_PROVIDERS: Dict[str, tuple] = {
     "fastwam": ("wam-fastwam", "fastwam"),
     "starwam": ("wam-starwam", "starwam"),
     "lingbot-va": ("wam-lingbot-va", "lingbot_va"),
+    "openpi": ("wam-openpi", "openpi"),
+    "openpi-remote": ("wam-openpi", "openpi"),
 }
 
 
@@ -92,6 +97,7 @@ class PluginRecord:
     models: List[str] = attrs.field(factory=list)
     protocols: List[str] = attrs.field(factory=list)
     probe_sets: List[str] = attrs.field(factory=list)
+    serving_protocols: List[str] = attrs.field(factory=list)
     hooks: List[str] = attrs.field(factory=list)
     problems: List[str] = attrs.field(factory=list)
 
@@ -110,6 +116,7 @@ class PluginRecord:
             "models": self.models,
             "protocols": self.protocols,
             "probe_sets": self.probe_sets,
+            "serving_protocols": self.serving_protocols,
             "hooks": self.hooks,
             "error": self.error,
             "traceback": self.traceback,
@@ -133,10 +140,12 @@ class Registry:
         self._models: Dict[str, ModelSpec] = {}
         self._protocols: Dict[str, EvalProtocol] = {}
         self._probe_sets: Dict[str, ProbeSet] = {}
+        self._serving_protocols: Dict[str, ServingProtocol] = {}
         self._tables = {"platform": self._platforms, "model": self._models, "protocol": self._protocols,
-                        "probe_set": self._probe_sets}
+                        "probe_set": self._probe_sets, "serving_protocol": self._serving_protocols}
         self._aliases: Dict[str, Dict[str, str]] = {kind: {} for kind in self._tables}
         self._owner: Dict[tuple, str] = {}
+        self._add("serving_protocol", WAMCORE_PROTOCOL, CORE_OWNER)  # built in; a plugin's "wamcore" is refused
         self._loaded = False  # set once loading has finished: until then lookups wait for it
         self._loading = False
         self._lock = threading.RLock()  # reentrant: a plugin loading may register more
@@ -247,6 +256,7 @@ class Registry:
             "wam_register_models": ("model", ModelSpec),
             "wam_register_protocols": ("protocol", EvalProtocol),
             "wam_register_probe_sets": ("probe_set", ProbeSet),
+            "wam_register_serving_protocols": ("serving_protocol", ServingProtocol),
         }
         for hook_name, (kind, spec_type) in calls.items():
             for impl in getattr(self._pm.hook, hook_name).get_hookimpls():
@@ -302,7 +312,7 @@ class Registry:
     def _add(self, kind: str, spec, owner: str) -> None:
         table = self._tables[kind]
         ident = normalize_id(spec.name)
-        if self._owner.get((kind, ident)) == CORE_OWNER:  # a plugin's own model replaces the core's
+        if kind == "model" and self._owner.get((kind, ident)) == CORE_OWNER:  # a plugin's own model replaces the core's
             del table[ident]
             del self._owner[(kind, ident)]
         names = [ident] + [normalize_id(a) for a in spec.aliases]
@@ -339,6 +349,14 @@ class Registry:
     def probe_sets(self) -> Dict[str, ProbeSet]:
         self.load()
         return dict(self._probe_sets)
+
+    def serving_protocols(self) -> Dict[str, ServingProtocol]:
+        self.load()
+        return dict(self._serving_protocols)
+
+    def serving_protocol(self, ident: str) -> ServingProtocol:
+        """A serving protocol by name (``wam serve --protocol``); unknown: did-you-mean, what to install."""
+        return self._lookup("serving_protocol", ident, UnknownServingProtocolError)
 
     def probe_set(self, ident: str) -> ProbeSet:
         """A probe set by name (``wam probe --set``); unknown: did-you-mean and the installed ones."""

@@ -30,8 +30,9 @@ from .errors import ConfigurationError
 
 OPTION_TYPES = ("str", "int", "float", "bool", "path", "choice")
 
-#: flags of wamcore's own ``run``/``eval``/``serve`` (and their legacy aliases); a plugin
-#: option may not take one (the registry records it as a problem and the CLI ignores it)
+#: flags of wamcore's own ``run``/``eval``/``serve`` (and their legacy aliases; ``serve``'s
+#: include those of the built-in ``wamcore`` serving protocol); a plugin option may not take
+#: one (the registry records it as a problem and the CLI ignores it)
 RESERVED_OPTION_NAMES = frozenset(
     """platform seed instruction max-chunks json video episodes out resume overwrite help
     am-backend am-endpoint am-checkpoint am-python am-root am-cuda-device cuda-device env-cuda-device
@@ -41,7 +42,7 @@ RESERVED_OPTION_NAMES = frozenset(
     host port token parent-watch ready-file session-ttl batch-window-ms max-batch
     max-sessions max-local-connections max-message-mb message-timeout protocol
     num-envs am-restarts skip-memory-check am-batch-window-ms executor ray-address num-model-workers report
-    cache set best-of score default-prompt max-shared-mb idle-grace from retry-failed
+    cache set best-of score max-shared-mb from retry-failed
     realtime execution latency-ms control-hz platform-options""".split()
 )
 

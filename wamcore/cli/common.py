@@ -168,8 +168,12 @@ def _section_of(param: click.Parameter, default: str) -> str:
     owner = getattr(param, "wam_owner", None)
     if owner is not None:
         kind, name = owner.split(" ", 1)
-        return f"{'Platform' if kind == 'platform' else 'Model'} options ({name})"
+        return f"{OWNER_SECTIONS[kind]} options ({name})"
     return getattr(param, "wam_section", None) or default
+
+
+#: the ``--help`` section of a plugin's options, by the kind of what owns them, in this order
+OWNER_SECTIONS = {"platform": "Platform", "backend": "Model", "protocol": "Serving protocol"}
 
 
 #: errors in what the user asked for: exit 2 with the command's usage line, as click's own
@@ -188,10 +192,11 @@ class WamCommand(click.Command):
             record = param.get_help_record(ctx)
             if record is not None:
                 groups.setdefault(_section_of(param, self.default_section), []).append(record)
-        # ours first, then the plugins' (platform, model), then the rest (real time, ...)
+        # ours first, then the plugins' (platform, model, serving protocol), then the rest (real time, ...)
+        kinds = list(OWNER_SECTIONS.values())
         order = [s for s in SECTIONS if s in groups] + sorted(
             (s for s in groups if s not in SECTIONS and s != "Options"),
-            key=lambda s: 0 if s.startswith("Platform") else 1 if s.startswith("Model") else 2)
+            key=lambda s: next((i for i, k in enumerate(kinds) if s.startswith(k + " options")), len(kinds)))
         for name in order + (["Options"] if "Options" in groups else []):
             with formatter.section(f"{name} options" if name in SECTIONS else name):
                 formatter.write_dl(groups[name])
@@ -204,21 +209,48 @@ class WamCommand(click.Command):
 
 
 class PairedCommand(WamCommand):
-    """A command whose options depend on ``--platform`` and ``--am-backend``.
+    """A command whose options depend on ``--platform`` and ``--am-backend`` (and, for
+    ``wam serve``, ``--protocol``: ``serving_protocols=True``).
 
-    The chosen platform's and backend's options are added visibly; every other plugin's
-    options are added hidden, so that using one gives a clear error instead of
+    The chosen platform's, backend's and serving protocol's options are added visibly; every
+    other plugin's options are added hidden, so that using one gives a clear error instead of
     "no such option"."""
 
     default_section = RUN
 
-    def __init__(self, *args, platform_flag: str = "--platform", platform_options: bool = True, **kwargs):
+    def __init__(self, *args, platform_flag: str = "--platform", platform_options: bool = True,
+                 serving_protocols: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self._base_params = list(self.params)
         self._platform_flag = platform_flag
         self._platform_options = platform_options
+        self._serving_protocols = serving_protocols
         if not platform_options:  # `wam serve`: its own options configure the worker
             self.default_section = MODEL_WORKER
+
+    def own_params(self) -> List[click.Parameter]:
+        """wamcore's own options: the command's, and for ``wam serve`` those of the built-in
+        ``wamcore`` protocol (no plugin's)."""
+        from ..serving import WAMCORE
+
+        own = [_click_option(o, hidden=False, owner=f"protocol {WAMCORE.name}") for o in WAMCORE.options]
+        return self._base_params + (own if self._serving_protocols else [])
+
+    @staticmethod
+    def _serving_protocol(ctx: click.Context, reg: Registry, args: List[str]) -> Optional[str]:
+        """The id of the chosen ``--protocol``; an unknown one is refused before its flags are
+        parsed (click would report the first of them as "no such option")."""
+        from ..serving import DEFAULT
+
+        ident = _peek(args, ("--protocol",)) or DEFAULT
+        if ident.strip().lower() == "list":
+            return None
+        try:
+            return normalize_id(reg.serving_protocol(ident).name)
+        except WamError as exc:
+            if "--help" in args or "-h" in args:
+                return None
+            raise click.UsageError(str(exc), ctx) from exc
 
     def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
         reg = _registry(ctx)
@@ -244,6 +276,9 @@ class PairedCommand(WamCommand):
         if not self._platform_options:  # a worker serves a model; the platform runs elsewhere
             groups = []
         groups += [("backend", n, s.options, n == backend_key) for n, s in reg.models().items()]
+        if self._serving_protocols:
+            protocol_key = self._serving_protocol(ctx, reg, args)
+            groups += [("protocol", n, s.options, n == protocol_key) for n, s in reg.serving_protocols().items()]
         groups.sort(key=lambda g: not g[3])  # chosen plugins first: their flags win
         for kind, name, options, chosen in groups:
             for opt in options:
@@ -275,7 +310,7 @@ def split_plugin_options(ctx: click.Context, kwargs: Dict[str, Any], platform: s
     given_deploy: List[str] = []
     for param in ctx.command.params:
         owner = getattr(param, "wam_owner", None)
-        if owner is None:
+        if owner is None or owner.startswith("protocol "):  # a serving protocol's: `wam serve` takes them
             continue
         value = kwargs.pop(param.name, None)
         explicit = ctx.get_parameter_source(param.name) == click.core.ParameterSource.COMMANDLINE

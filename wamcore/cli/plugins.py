@@ -38,6 +38,8 @@ def plugins(ctx, as_json):
         for name in r.protocols:
             protocol = reg.protocols()[name]
             click.echo(f"  protocol {name} ({protocol.model} on {protocol.platform}; wam eval --protocol {name})")
+        for name in r.serving_protocols:
+            click.echo(f"  serving protocol {name} (wam serve --protocol {name})")
         for name in r.probe_sets:
             click.echo(f"  probe set {name} ({reg.probe_sets()[name].platform}; wam probe --set {name})")
         if r.error:

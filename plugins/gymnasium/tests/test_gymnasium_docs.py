@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -35,6 +36,32 @@ def test_the_commands_run_as_written(tmp_path):
     assert "no success" in outputs[0] and "success after 200 steps" in outputs[1]
     rows = [json.loads(r) for r in (tmp_path / "runs/reacher/episodes.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and all(r["steps"] == 50 for r in rows)  # Reacher's registered budget
+
+
+def test_your_own_env_runs_and_checks_as_written(tmp_path, monkeypatch, capsys):
+    (tmp_path / "my_env.py").write_text(_block("example", "own-env", "python"))
+    lines = [line for line in _block("commands", "own-env-run", "bash").splitlines() if line.strip()]
+    assert len(lines) == 2
+    outputs = []
+    for line in lines:
+        prefix, *words = shlex.split(line)
+        assert prefix == "PYTHONPATH=." and words[0] == "wam", line
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+        done = subprocess.run([sys.executable, "-m", "wamcore", *words[1:]], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, f"{line}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        outputs.append(done.stdout)
+    assert "gym-random on gymnasium (seed 0, in-process): no success after 100 steps" in outputs[0]
+    rows = [json.loads(r) for r in (tmp_path / "runs/line/episodes.jsonl").read_text().splitlines()]
+    assert sorted(r["labels"]["seed"] for r in rows) == [0, 1, 2, 3]
+    assert all(r["steps"] <= 100 and (r["success"] or r["steps"] == 100) for r in rows)
+    assert any(r["success"] for r in rows)  # info["success"] is the platform's success
+    assert "gym-random on gymnasium: " in outputs[1] and "successes (rate" in outputs[1]
+    # the conformance kit, in this process, with my_env importable as it was for the commands
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = _block("example", "own-env-check", "python")
+    exec(compile(code, str(DOC), "exec"), {})
+    assert capsys.readouterr().out.strip() == code.rsplit("# ", 1)[1].strip()  # what the page says it prints
 
 
 def test_the_meta_world_command_runs_as_written_in_its_own_environment(tmp_path):

@@ -13,11 +13,11 @@ import pytest
 from openpi_client import image_tools
 from robosuite.utils import transform_utils
 
-from wam_openpi.layouts import LIBERO, ROBOTWIN, axis_angle_to_quat, quat_to_axis_angle, resize_with_pad
+from wam_openpi.layouts import LIBERO, ROBOTWIN, axis_angle_to_quat, check_served, layout_for, quat_to_axis_angle, resize_with_pad
 from wam_openpi.plugin import served_actions
 from wamcore import AdapterContract, ConfigurationError, Observation
 from wamcore.errors import ObservationError, PredictionError
-from wamcore.openpi.layouts import inject_default_prompt, layout_for
+from wam_openpi.generic import GenericLayout, inject_default_prompt
 
 
 def unit_quaternions(n: int, seed: int = 0) -> np.ndarray:
@@ -151,8 +151,11 @@ def test_a_model_needing_what_openpis_keys_lack_is_refused_at_start():
                                    cameras={"primary": None}, state={"joint_positions": 7}, chunk_size=4)
     with pytest.raises(ConfigurationError, match="needs state 'joint_positions'"):
         LIBERO.check(needs_joints)
+    with pytest.raises(ConfigurationError, match="needs state 'joint_positions'"):
+        check_served(needs_joints)  # what `wam serve --protocol openpi` runs before the model loads
     LIBERO.check(LIBERO.contract(5))
-    assert layout_for("libero") is LIBERO and layout_for("RoboTwin") is ROBOTWIN  # through the entry points
+    assert layout_for("libero") is LIBERO and layout_for("RoboTwin") is ROBOTWIN
+    assert isinstance(layout_for("pointmass"), GenericLayout)  # no openpi convention: one key per camera and state
 
 
 def test_metadata_checks():

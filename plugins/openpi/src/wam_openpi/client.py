@@ -4,7 +4,7 @@ It speaks what openpi-client's ``WebsocketClientPolicy`` speaks
 (``packages/openpi-client/src/openpi_client/websocket_client_policy.py``): connect (with
 ``Authorization: Api-Key KEY`` when there is a key), read the metadata, then one binary
 msgpack-numpy message per request and one per answer; a text answer is the server's
-traceback. Unlike it, this client decodes strictly (``wamcore.openpi.codec``), never waits
+traceback. Unlike it, this client decodes strictly (:mod:`.codec`), never waits
 forever (a refused connection fails at once, an answer has a deadline), and turns every
 failure into a wamcore error: a traceback of a wamcore server becomes its own class
 again (``ObservationError`` with its problems), any other a ``RemoteError``. After a
@@ -22,8 +22,9 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI, W
 from websockets.sync.client import ClientConnection, connect
 
 from wamcore.errors import ConfigurationError, ProtocolError, RemoteError, ValidationError, WorkerError, WorkerTimeout
-from wamcore.openpi import codec
 from wamcore.rpc.protocol import ERROR_CLASSES, AccessDenied, rebuild_error, shorten
+
+from . import codec
 
 MAX_MESSAGE_BYTES = 256 << 20
 #: websockets >= 17 asks for ``legacy=True`` to return the connection itself, outside a ``with``

@@ -2,8 +2,8 @@
 
 Each layout turns our physical observation into the request openpi's clients send for
 that robot (``request``: what ``openpi-remote`` sends to a policy server) and back
-(``observation``: what ``wam serve --protocol openpi`` does with such a request; these
-layouts are registered in the ``wamcore.openpi_layouts`` entry-point group).
+(``observation``: what ``wam serve --protocol openpi`` does with such a request;
+:func:`layout_for` finds these, and those other plugins register).
 
 LIBERO, as openpi's ``examples/libero/main.py`` builds it (policy side:
 ``src/openpi/policies/libero_policy.py``): ``observation/image`` (agentview) and
@@ -31,6 +31,7 @@ cameras at 224x224, no prompt) is served. A missing prompt is the server's defau
 from __future__ import annotations
 
 import math
+from importlib import metadata
 from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
@@ -38,7 +39,9 @@ import numpy as np
 from wam_libero.spec import ACTION_SPACE as LIBERO_ACTION_SPACE, STATE_SIZES as LIBERO_STATE
 from wam_robotwin.spec import ACTION_SPACE as ROBOTWIN_ACTION_SPACE
 from wamcore import AdapterContract, ConfigurationError, Observation
-from wamcore.openpi.layouts import PROMPT, check_keys, raise_problems
+from wamcore.specs import normalize_id
+
+from .generic import PROMPT, GenericLayout, Layout, check_keys, raise_problems
 
 
 def resize_with_pad(image: np.ndarray, size: int) -> np.ndarray:
@@ -248,6 +251,27 @@ class AlohaLayout(_Layout):
 LIBERO = LiberoLayout()
 ROBOTWIN = AlohaLayout()
 LAYOUTS = {LIBERO.platform: LIBERO, ROBOTWIN.platform: ROBOTWIN}
+#: where other plugins register the layout of their platform, under the platform's name
+ENTRY_POINT_GROUP = "wamcore.openpi_layouts"
 
-__all__ = ["LiberoLayout", "AlohaLayout", "LIBERO", "ROBOTWIN", "LAYOUTS", "resize_with_pad", "quat_to_axis_angle",
-           "axis_angle_to_quat"]
+
+def layout_for(platform: str) -> Layout:
+    """The layout of ``platform``'s openpi clients: ours (LIBERO, RoboTwin), else one another
+    plugin registers in ``ENTRY_POINT_GROUP``, else the generic one."""
+    wanted = normalize_id(platform)
+    if wanted in LAYOUTS:
+        return LAYOUTS[wanted]
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if normalize_id(ep.name) == wanted:
+            return ep.load()
+    return GenericLayout()
+
+
+def check_served(contract: AdapterContract, **options) -> None:
+    """``wam serve --protocol openpi``'s check before the model loads: its layout carries
+    everything the model's adapter needs."""
+    layout_for(contract.platform).check(contract)
+
+
+__all__ = ["LiberoLayout", "AlohaLayout", "LIBERO", "ROBOTWIN", "LAYOUTS", "ENTRY_POINT_GROUP", "layout_for",
+           "check_served", "resize_with_pad", "quat_to_axis_angle", "axis_angle_to_quat"]

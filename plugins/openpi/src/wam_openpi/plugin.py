@@ -1,7 +1,8 @@
-"""wamcore entry point of ``openpi-remote`` (``openpi = "wam_openpi.plugin"``).
+"""wamcore entry point (``openpi = "wam_openpi.plugin"``): the model ``openpi-remote`` and the
+serving protocol ``openpi`` (``wam serve --protocol openpi``).
 
 Imports wamcore, numpy and this package's light modules only; ``websockets`` is imported
-when a worker loads the model, Pillow when an image is resized.
+when a worker loads the model or speaks the protocol, Pillow when an image is resized.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from typing import Any, Mapping
 
 import attrs
 
-from wamcore import Adapter, Capabilities, ModelConfig, ModelSpec, Prediction, Requirement, hookimpl
+from wamcore import Adapter, Capabilities, ModelConfig, ModelSpec, Option, Prediction, Requirement, hookimpl
 from wamcore.errors import PredictionError
+from wamcore.serving import ServingProtocol
 
 from .layouts import LAYOUTS
 from .settings import OPTIONS, OpenpiSettings
@@ -66,16 +68,38 @@ OPENPI_REMOTE = ModelSpec(
     options=OPTIONS,
     description="a running openpi policy server (pi0, pi0-FAST, pi0.5; openpi's websocket protocol); the worker holds no weights",
     install='pip install "./plugins/openpi"',
-    requires=(Requirement("websockets", 'pip install "wamcore[openpi]"', "openpi's websocket protocol"),
+    requires=(Requirement("websockets", "pip install wam-openpi", "openpi's websocket protocol"),
               Requirement("PIL", "pip install Pillow", "resizing cameras as openpi's clients do")),
     timeout_s=DEFAULTS.timeout + 15.0,
     configure=configure,
 )
 
 
+OPENPI_PROTOCOL = ServingProtocol(
+    name="openpi",
+    serve="wam_openpi.server:serve",
+    check="wam_openpi.layouts:check_served",
+    help="openpi's websocket policy protocol, for openpi clients (openpi-client's WebsocketClientPolicy, "
+         "openpi's LIBERO and ALOHA examples; docs/openpi.md)",
+    options=(
+        Option("default-prompt", help="The prompt of requests that carry none, as openpi's serve_policy.py --default_prompt "
+                                      "(without one, such a request is refused, as openpi's policies do)."),
+        Option("idle-grace", type="float", default=30.0, minimum=0.0,
+               help="At --max-sessions, a new client takes the place of the least recently active connection idle "
+                    "this long (one that never sent a request: after 1 s)."),
+    ),
+    requires=(Requirement("websockets", "pip install wam-openpi", "openpi's websocket protocol"),),
+)
+
+
 @hookimpl
 def wam_register_models(register):
     register(OPENPI_REMOTE)
+
+
+@hookimpl
+def wam_register_serving_protocols(register):
+    register(OPENPI_PROTOCOL)
 
 
 @hookimpl

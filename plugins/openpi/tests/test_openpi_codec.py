@@ -12,7 +12,7 @@ import pytest
 from openpi_client import msgpack_numpy
 
 from wamcore.errors import ProtocolError
-from wamcore.openpi import codec
+from wam_openpi import codec
 
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64")
 

@@ -1,8 +1,9 @@
 """``wam serve --protocol openpi`` in real processes, driven by openpi's own client.
 
 openpi-client (the real PyPI package, unmodified) talks to the PointMass reference WAM and
-gets exactly the actions our own protocol gives for the same observations; the scripted
-model (``tests/wamtest_scripted.py``, which counts its calls) shows that wrong keys and
+gets exactly the actions our own protocol gives for the same observations; the core's
+scripted model (``tests/wamtest_scripted.py``, which counts its calls), served with this
+plugin's protocol loaded beside it, shows that wrong keys and
 malformed frames come back as openpi sends errors (a text frame, then close 1011) without
 ever reaching the model, that each connection is one session, and the token rules.
 """
@@ -24,19 +25,30 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.frames import CloseCode
 from websockets.sync.client import connect
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers beside the tests
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))  # the core's worker helpers
 
-from helpers_workers import no_leaks, served, worker_env  # noqa: E402,F401
+import helpers_workers  # noqa: E402
+from helpers_workers import PLUGIN_MODULE, no_leaks, worker_env  # noqa: E402,F401
 
 import wamtest_scripted as toy  # noqa: E402
+from wam_openpi import codec  # noqa: E402
 from wamcore.contracts import PredictRequest  # noqa: E402
-from wamcore.openpi import codec  # noqa: E402
 from wamcore.registry import default_registry  # noqa: E402
 from wamcore.runtime import WorkerConfig, open_model  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("no_leaks"),  # openpi-client's own connect() warns under websockets 17:
               pytest.mark.filterwarnings("ignore:connect\\(\\) must be used as a context manager:DeprecationWarning")]
 OPENPI = ("--protocol", "openpi")
+
+
+def openpi_env(**extra: str) -> dict:
+    """A worker's environment with the scripted models and this plugin's protocol only."""
+    return worker_env(WAMCORE_PLUGIN_MODULES=f"{PLUGIN_MODULE},wam_openpi.plugin", **extra)
+
+
+def served(tmp: Path, *args: str, env=None, **kw):
+    """``wam serve`` (helpers_workers.served) where the openpi protocol is installed."""
+    return helpers_workers.served(tmp, *args, env=env or openpi_env(), **kw)
 
 
 def generic_keys(obs) -> dict:
@@ -57,6 +69,16 @@ def toy_request(**changes) -> dict:
 
 def close(policy: WebsocketClientPolicy) -> None:
     policy._ws.close()  # openpi-client has no close(); its connection is this attribute
+
+
+def test_the_plugin_registers_the_openpi_protocol_with_its_own_options():
+    from wam_openpi import plugin
+    from wamcore.registry import Registry
+
+    registry = Registry(entry_points=False)
+    record = registry.register(plugin, name="openpi")
+    assert record.serving_protocols == ["openpi"] and record.problems == []  # its flags are not wamcore's own
+    assert [o.flag for o in registry.serving_protocol("openpi").options] == ["--default-prompt", "--idle-grace"]
 
 
 def test_openpi_client_gets_the_actions_our_protocol_gives(tmp_path):
@@ -156,7 +178,7 @@ def test_an_oversized_message_closes_only_its_connection(tmp_path):
 
 
 def test_each_connection_is_one_session_and_connections_are_capped(tmp_path):
-    with served(tmp_path, *OPENPI, "--max-sessions", "2", "--batch-window-ms", "5") as worker:
+    with served(tmp_path, *OPENPI, "--max-sessions", "2") as worker:
         a = WebsocketClientPolicy("127.0.0.1", worker.port)
         b = WebsocketClientPolicy("127.0.0.1", worker.port)
         counts = [p.infer(toy_request())["info"]["count"] for p in (a, b, a, a, b)]
@@ -176,15 +198,14 @@ def test_each_connection_is_one_session_and_connections_are_capped(tmp_path):
         assert c.infer(toy_request())["info"]["count"] == 1  # a new connection is a new session
         close(b)
         close(c)
-        assert "--batch-window-ms applies to the wamcore protocol" in worker.output()
 
 
 def test_token_is_required_off_loopback_and_checked_at_the_handshake(tmp_path):
     off_loopback = subprocess.run([sys.executable, "-m", "wamcore", "serve", *OPENPI, "--am-backend", "scripted-wam",
-                                   "--platform", "toy", "--host", "0.0.0.0"], env=worker_env(), capture_output=True,
+                                   "--platform", "toy", "--host", "0.0.0.0"], env=openpi_env(), capture_output=True,
                                   text=True, timeout=60)
     assert off_loopback.returncode == 2 and "without a token" in off_loopback.stderr
-    with served(tmp_path, *OPENPI, env=worker_env(WAMCORE_TOKEN="s3cret")) as worker:
+    with served(tmp_path, *OPENPI, env=openpi_env(WAMCORE_TOKEN="s3cret")) as worker:
         assert worker.ready["token_required"] is True
         for key in (None, "wrong"):
             with pytest.raises(InvalidStatus) as refused:

@@ -1,4 +1,5 @@
-"""``wam serve --protocol openpi``: a wamcore model served to openpi clients.
+"""``wam serve --protocol openpi``: a wamcore model served to openpi clients (the serving
+protocol this plugin registers; :func:`serve` is its entry point).
 
 The protocol is openpi's ``WebsocketPolicyServer``
 (``src/openpi/serving/websocket_policy_server.py``): on connect the server sends its
@@ -38,17 +39,18 @@ from websockets.asyncio.server import serve as ws_serve
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 
-from .. import __version__
-from ..contracts import PredictRequest, Prediction
-from ..errors import ConfigurationError, ProtocolError
-from ..rpc import protocol
-from ..rpc.server import (DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_SESSIONS, check_bind, install_signal_handlers,
-                          raise_fd_limit, remove_ready, stop_requested, worker_details, write_ready)
-from ..service import ModelService
-from . import codec
-from .layouts import Layout, inject_default_prompt
+from wamcore import ModelService, PredictRequest, Prediction, __version__
+from wamcore.errors import ConfigurationError, ProtocolError
+from wamcore.rpc import protocol
+from wamcore.rpc.server import (DEFAULT_MAX_SESSIONS, check_bind, install_signal_handlers, raise_fd_limit, remove_ready,
+                                stop_requested, worker_details, write_ready)
+from wamcore.serving import ServeSettings
 
-log = logging.getLogger("wamcore.openpi")
+from . import codec
+from .generic import Layout, inject_default_prompt
+from .layouts import layout_for
+
+log = logging.getLogger("wam_openpi")
 
 PROTOCOL = "openpi"
 API_KEY_PREFIX = "Api-Key "  # openpi-client's WebsocketClientPolicy(api_key=...) header
@@ -255,8 +257,8 @@ class OpenpiServer:
             "token_required": self.token is not None, **worker_details(),
         }
 
-    async def run(self, host: str, port: int, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                  out: Optional[TextIO] = None, ready_file: Optional[str] = None) -> None:
+    async def run(self, host: str, port: int, *, max_message_bytes: int, out: Optional[TextIO] = None,
+                  ready_file: Optional[str] = None) -> None:
         """Bind, announce, serve until a stop is requested (signal, parent watch)."""
         throttle = _Throttle()
         asyncio.get_running_loop().set_exception_handler(throttle)
@@ -286,23 +288,22 @@ class OpenpiServer:
         self._model.shutdown(wait=True)
 
 
-def serve(service: ModelService, layout: Layout, *, host: str = "127.0.0.1", port: int = 0, token: Optional[str] = None,
-          ready_file: Optional[str] = None, out: Optional[TextIO] = None, max_connections: int = DEFAULT_MAX_SESSIONS,
-          max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, default_prompt: Optional[str] = None,
-          idle_grace_s: float = DEFAULT_IDLE_GRACE_S) -> None:
-    """What ``wam serve --protocol openpi`` runs: serve until stopped, then close the model."""
-    check_bind(host, token)
+def serve(service: ModelService, settings: ServeSettings, *, default_prompt: Optional[str], idle_grace: float,
+          out: Optional[TextIO] = None) -> None:
+    """What ``wam serve --protocol openpi`` runs: serve ``service`` in its platform's layout
+    until stopped, then close the model."""
+    check_bind(settings.host, settings.token)
     install_signal_handlers()
     raise_fd_limit()
-    server = OpenpiServer(service, layout, token=token, max_connections=max_connections, default_prompt=default_prompt,
-                          idle_grace_s=idle_grace_s)
+    server = OpenpiServer(service, layout_for(service.contract.platform), token=settings.token,
+                          max_connections=settings.max_sessions, default_prompt=default_prompt, idle_grace_s=idle_grace)
     try:
-        asyncio.run(server.run(host, port, max_message_bytes=max_message_bytes,
-                               out=out if out is not None else sys.stdout, ready_file=ready_file))
+        asyncio.run(server.run(settings.host, settings.port, max_message_bytes=settings.max_message_bytes,
+                               out=out if out is not None else sys.stdout, ready_file=settings.ready_file))
     finally:
         server.close()
         service.close()
-        remove_ready(ready_file)
+        remove_ready(settings.ready_file)
 
 
 __all__ = ["OpenpiServer", "serve", "error_text", "API_KEY_PREFIX", "PROTOCOL", "DEFAULT_IDLE_GRACE_S", "FRESH_GRACE_S"]

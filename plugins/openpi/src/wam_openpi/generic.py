@@ -1,32 +1,24 @@
-"""How a platform's observation is laid out in openpi's request keys.
+"""What every openpi layout shares, and the generic one.
 
 openpi has no schema: each robot has its own keys and conventions (LIBERO's
 ``observation/image``, ``observation/state``; ALOHA's ``images``/``state`` with CHW
 images), fixed by its example clients and policy transforms. A *layout* knows one of them
 and turns a decoded openpi request back into our physical :class:`~wamcore.Observation`
-(which then goes through the model's own validation, like any other request).
-
-Layouts of particular platforms belong to plugins, found through the entry-point group
-``wamcore.openpi_layouts`` under the platform's name (``wam-openpi`` registers ``libero``
-and ``robotwin``). A platform without one is served in the :class:`GenericLayout`, which
-mirrors our observation one key per camera and state vector.
+(which then goes through the model's own validation, like any other request). A platform
+without one (:func:`wam_openpi.layouts.layout_for`) is served in the :class:`GenericLayout`,
+which mirrors our observation one key per camera and state vector.
 """
 
 from __future__ import annotations
 
-from importlib import metadata as importlib_metadata
 from typing import Any, Dict, List, Mapping, Optional, Protocol
 
-from ..contracts import AdapterContract, Observation
-from ..errors import ConfigurationError, ObservationError
-from ..specs import normalize_id
+from wamcore import AdapterContract, Observation
+from wamcore.errors import ObservationError
 
-ENTRY_POINT_GROUP = "wamcore.openpi_layouts"
 PROMPT = "prompt"
 #: what a request without a prompt is told, as openpi's policy refuses one ("Prompt is required")
 NO_PROMPT = "; openpi's policies need one too unless served with a default: wam serve --default-prompt TEXT"
-#: platforms whose openpi clients use their robot's own keys, and the plugin with that layout
-PROVIDERS = {"libero": "wam-openpi", "robotwin": "wam-openpi"}
 
 
 class Layout(Protocol):
@@ -98,21 +90,4 @@ class GenericLayout:
         )
 
 
-def layout_for(platform: str) -> Layout:
-    """The installed layout for ``platform``, else the generic one (unless openpi's clients
-    of that platform use their robot's own keys: then say which plugin has them)."""
-    wanted = normalize_id(platform)
-    for ep in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if normalize_id(ep.name) == wanted:
-            return ep.load()
-    provider = PROVIDERS.get(wanted)
-    if provider is not None:
-        raise ConfigurationError(
-            f"openpi's clients of {platform!r} send their robot's own keys; that layout comes with {provider}: "
-            f"pip install {provider} (in the model's environment)"
-        )
-    return GenericLayout()
-
-
-__all__ = ["Layout", "GenericLayout", "layout_for", "check_keys", "inject_default_prompt", "raise_problems",
-           "ENTRY_POINT_GROUP", "PROMPT"]
+__all__ = ["Layout", "GenericLayout", "check_keys", "inject_default_prompt", "raise_problems", "PROMPT"]

@@ -16,8 +16,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from ..errors import ProtocolError, WamError
-from ..wire import array_dtype, array_from
+from wamcore.errors import ProtocolError, WamError
+from wamcore.wire import array_dtype, array_from
 
 #: what one message may hold besides its bytes: a few keys of arrays (maps of four keys with
 #: the data as bin), text and numbers. Decoding builds an object per element, up to ~72 times

@@ -18,13 +18,11 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.frames import CloseCode
 from websockets.sync.client import connect
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers beside the tests
+from test_openpi_serve import OPENPI, close, openpi_env, served, toy_request  # noqa: E402
+from test_worker_bounds import MiB, empty_maps, status  # noqa: E402  (the core's tests: on the path now)
 
-from helpers_workers import no_leaks, served, worker_env  # noqa: E402,F401
-from test_openpi_serve import OPENPI, close, toy_request  # noqa: E402
-from test_worker_bounds import MiB, empty_maps, status  # noqa: E402
-
-from wamcore.openpi import codec  # noqa: E402
+from helpers_workers import no_leaks  # noqa: E402,F401
+from wam_openpi import codec  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("no_leaks"),
               pytest.mark.filterwarnings("ignore:connect\\(\\) must be used as a context manager:DeprecationWarning")]
@@ -131,7 +129,7 @@ def python_with_fds(tmp_path, ulimit: str) -> str:
 
 
 def test_13_a_duplicated_authorization_header_is_a_400_not_a_500(tmp_path):
-    with served(tmp_path, *OPENPI, env=worker_env(WAMCORE_TOKEN="s3cret")) as worker:
+    with served(tmp_path, *OPENPI, env=openpi_env(WAMCORE_TOKEN="s3cret")) as worker:
         upgrade = (f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{worker.port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n")
         twice = "Authorization: Api-Key s3cret\r\nAuthorization: Api-Key other\r\n"
