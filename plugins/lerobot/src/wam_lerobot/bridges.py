@@ -14,7 +14,9 @@ env's processors, the policy's processors and ``select_action`` (``wam_lerobot.w
   images 180 degrees and builds the 8-d ``observation.state`` from ``robot_state``: eef
   position (3), the eef quaternion as axis-angle (3), gripper finger positions (2). The
   policy's 7-d action is robosuite's OSC_POSE delta, which is wamcore's
-  ``libero.osc_pose.delta.v1`` (gripper -1 open, +1 close): passed through.
+  ``libero.osc_pose.delta.v1`` (gripper -1 open, +1 close): passed through, clipped to
+  [-1, 1] as robosuite's controller clips it (LeRobot's env hands it on unclipped, and
+  wamcore refuses an action beyond the platform's bounds).
 * **PointMass** has no LeRobot env; its one camera is LeRobot's single-camera key
   ``observation.image`` (``pixels``, as gym-pusht's) and ``observation.state`` is
   ``[position, velocity]`` (``agent_pos``, 4); the action is its 2-d acceleration.
@@ -58,6 +60,9 @@ class Bridge:
     observe: Callable[[PredictRequest, "Fit"], dict]
     #: LeRobot's env type whose env processors apply (``make_env_pre_post_processors``), or None
     env_type: Optional[str] = None
+    #: bounds the platform's own controller clips actions to (LeRobot's envs pass actions on
+    #: unclipped): the adapter clips to them, which changes nothing the simulator does
+    clip: Optional[Tuple[float, float]] = None
 
 
 @attrs.frozen
@@ -144,6 +149,7 @@ LIBERO = Bridge(
     camera_size=None,  # wamcore's --resolution (LeRobot's observation_height/width)
     observe=libero_observation,
     env_type="libero",
+    clip=(-1.0, 1.0),  # robosuite's OSC_POSE clips its input to [-1, 1] (wam_libero.spec)
 )
 
 # ----------------------------------------------------------------------------- PointMass
@@ -199,6 +205,8 @@ def adapter(bridge: Bridge, policy: Optional[PolicyFolder] = None) -> Adapter:
         if actions.shape != (1, bridge.action_dim) or actions.dtype.kind != "f":
             raise PredictionError([f"the policy's postprocessor returned {actions.dtype} {actions.shape}, "
                                    f"expected float (1, {bridge.action_dim})"], context=bridge.platform)
+        if bridge.clip is not None:
+            actions = np.clip(actions, *bridge.clip)
         return Prediction(actions=actions.astype(np.float32))
 
     contract = AdapterContract(

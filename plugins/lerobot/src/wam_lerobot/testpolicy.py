@@ -32,19 +32,19 @@ def made_up_stats(inputs: dict, action_dim: int, generator) -> dict:
     """Per-feature mean/std/min/max as LeRobot's dataset stats hold them (images per channel)."""
     import torch
 
-    def vector(n):
-        mean = torch.rand(n, generator=generator) * 0.4 - 0.2
-        spread = torch.rand(n, generator=generator) * 0.5 + 0.25
+    def vector(n, scale):
+        mean = (torch.rand(n, generator=generator) * 0.4 - 0.2) * scale
+        spread = (torch.rand(n, generator=generator) * 0.2 + 0.1) * scale
         return {"mean": mean, "std": spread, "min": mean - 2 * spread, "max": mean + 2 * spread}
 
-    stats = {"action": vector(action_dim)}
+    stats = {"action": vector(action_dim, 0.5)}  # actions mostly inside the platforms' [-1, 1]
     for key, feature in inputs.items():
         if feature.shape[0] == 3 and len(feature.shape) == 3:  # images in [0, 1], per channel
             stats[key] = {"mean": torch.tensor([0.48, 0.46, 0.41]).view(3, 1, 1),
                           "std": torch.tensor([0.23, 0.22, 0.22]).view(3, 1, 1),
                           "min": torch.zeros(3, 1, 1), "max": torch.ones(3, 1, 1)}
         else:
-            stats[key] = vector(feature.shape[0])
+            stats[key] = vector(feature.shape[0], 1.0)
     return stats
 
 

@@ -181,6 +181,7 @@ def load(config: ModelConfig) -> LeRobotPolicy:
         "preprocessor_steps": [type(s).__name__ for s in preprocessor.steps],
         "postprocessor_steps": [type(s).__name__ for s in postprocessor.steps],
         "env_processor_steps": [type(s).__name__ for s in env_pre.steps] if env_pre is not None else [],
+        "clip_actions": list(bridge.clip) if bridge.clip else None,
         "random_test_policy": marker.is_file(),
         "torchvision_ops_without_kernels": list(torchvision_ops.declared),
     }
