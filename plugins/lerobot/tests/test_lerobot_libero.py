@@ -11,6 +11,7 @@ the plugin's actions must equal its actions: the camera keys, the image orientat
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -128,8 +129,6 @@ def test_the_processors_act_and_the_image_orientation_matters(run):
 def test_the_identity_names_the_policy_files_and_lerobot(run):
     details = run["info"].details
     folder = run["policy"]
-    import hashlib
-
     sha = lambda name: hashlib.sha256((folder / name).read_bytes()).hexdigest()  # noqa: E731
     assert details["config_sha256"] == sha("config.json")
     assert details["weights_sha256"]["model.safetensors"] == sha("model.safetensors")
@@ -146,14 +145,15 @@ def test_the_identity_names_the_policy_files_and_lerobot(run):
 
 def test_wam_eval_with_two_env_processes(act_libero, tmp_path):
     """``wam eval --num-envs 2``: two LIBERO env processes, one spawned LeRobot worker, one
-    session (its own queues) per env; each episode's record equals a one-env run's."""
+    session (its own queues) per env; each episode's record and film equal a one-env run's (a
+    queue shared between the sessions would move the robots otherwise)."""
     require_model_environment()
     env = {**os.environ, "WAMCORE_LOAD_PLUGINS": "wam-libero,wam-lerobot"}
     base = [sys.executable, "-m", "wamcore", "eval", "--platform", "libero", "--suite", "libero_spatial", "--task", "0",
             "--init-state", "0,1", "--episodes", "1", "--am-backend", "lerobot", "--am-checkpoint", str(act_libero),
             "--am-python", LEROBOT_PYTHON, "--resolution", str(RESOLUTION), "--settle-steps", "2", "--max-steps", "5",
-            "--seed", "3", "--json"]
-    rows = {}
+            "--seed", "3", "--video", "all", "--json"]
+    rows, films = {}, {}
     for n in (1, 2):
         out = tmp_path / f"n{n}"
         done = subprocess.run(base + ["--num-envs", str(n), "--out", str(out)], env=env, cwd=tmp_path,
@@ -161,8 +161,10 @@ def test_wam_eval_with_two_env_processes(act_libero, tmp_path):
         assert done.returncode == 0, done.stderr[-4000:]
         assert json.loads(done.stdout)["num_envs"] == n
         rows[n] = {r["key"]: r for r in map(json.loads, (out / "episodes.jsonl").read_text().splitlines())}
+        films[n] = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (out / "videos").glob("*.mp4")}
     assert len(rows[2]) == 2 and set(rows[1]) == set(rows[2])
+    assert len(films[2]) == 2 and films[1] == films[2]
     for key, row in rows[2].items():
-        assert row["steps"] == 5 and row["stop_reason"] in ("max_steps", "budget", "completed"), row
+        assert row["steps"] == 5 and row["stop_reason"] == "budget_exhausted", row
         strip = lambda r: {k: v for k, v in r.items() if k not in ("wall_s", "timing")}  # noqa: E731
         assert strip(row) == strip(rows[1][key])
