@@ -31,6 +31,7 @@ import numpy as np
 
 from wamcore.contracts import PredictRequest
 from wamcore.errors import ConfigurationError, DependencyNotInstalled
+from wamcore.service import DEFAULT_SESSION
 from wamcore.specs import ModelConfig, normalize_id
 
 from .bridges import BRIDGES, Bridge, fit
@@ -105,7 +106,7 @@ class LeRobotPolicy:
             self._sessions[session] = _Session(own)
         return self._sessions[session]
 
-    def reset(self, session: str = "default") -> None:
+    def reset(self, session: str = DEFAULT_SESSION) -> None:
         with self._lock:
             self._sessions.pop(session, None)
 
@@ -128,7 +129,7 @@ class LeRobotPolicy:
             yield
             state.rng = (torch.get_rng_state(), torch.cuda.get_rng_state() if cuda else None)
 
-    def predict_native(self, native: dict, request: PredictRequest, session: str = "default") -> np.ndarray:
+    def predict_native(self, native: dict, request: PredictRequest, session: str = DEFAULT_SESSION) -> np.ndarray:
         import torch
         from lerobot.envs.utils import preprocess_observation
 
