@@ -220,7 +220,5 @@ def adapter(bridge: Bridge, policy: Optional[PolicyFolder] = None) -> Adapter:
     return Adapter(contract=contract, encode=encode, decode=decode)
 
 
-
-
 __all__ = ["Bridge", "Fit", "fit", "LIBERO", "POINTMASS", "BRIDGES", "adapter",
            "libero_observation", "pointmass_observation"]
