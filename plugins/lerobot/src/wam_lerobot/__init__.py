@@ -1,0 +1,1 @@
+"""wamcore model plugin for LeRobot policies (``wam_lerobot.plugin``: the hooks)."""
