@@ -20,8 +20,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from wamcore import ModelConfig
+from wamcore.errors import ConfigurationError
 from wam_fastwam.batching import BATCH_ENTRY
-from wam_fastwam.worker import MAX_BATCH
+from wam_fastwam.plugin import MODEL
+from wam_fastwam.worker import MAX_BATCH, load
 
 from test_fastwam_real_upstream import FASTWAM_PYTHON, VENV, require_model_environment
 from fastwam_batch_driver import CASES, MISSING
@@ -83,6 +86,24 @@ def test_a_malformed_observation_in_a_batch_fails_only_its_own_request(run):
 def test_the_identity_records_batching(run):
     details = run["details"]
     assert details["batching"] == {"max_batch": MAX_BATCH, "entry": BATCH_ENTRY}
+    assert details["cuda_graphs"] is False
     assert details["entry"] == "fastwam.models.wan22.fastwam.FastWAM.infer_action"  # a lone request's entry
     assert run["health"]["max_batch"] == MAX_BATCH and run["health"]["window_ms"] == 60000
     assert run["health"]["sizes"] == {"1": 5, "2": 1, "3": 1, "5": 1}  # the mixed group of 3 reached the model as 2
+
+
+@pytest.mark.parametrize("device", ["cpu", None])
+def test_cuda_graphs_are_refused_off_cuda_before_any_file_is_read(tmp_path, device):
+    """The checkpoint does not exist: the refusal comes first (no CheckpointError, no weights)."""
+    config = ModelConfig(platform="robotwin", checkpoint=str(tmp_path / "absent.pt"), options={"cuda_graphs": True},
+                         device=device)
+    with pytest.raises(ConfigurationError, match="--cuda-graphs .* needs a CUDA device; this worker's device is cpu"):
+        load(config)
+
+
+def test_cuda_graphs_are_refused_on_libero_and_must_be_a_flag(tmp_path):
+    with pytest.raises(ConfigurationError, match=r"not by these options: .*--cuda-graphs -> \(none: RoboTwin only"):
+        MODEL.resolve(ModelConfig(platform="libero", options={"cuda_graphs": True}))
+    MODEL.resolve(ModelConfig(platform="libero", options={"cuda_graphs": False}))  # the default is no option given
+    with pytest.raises(ConfigurationError, match="--cuda-graphs is a flag"):
+        load(ModelConfig(platform="robotwin", checkpoint=str(tmp_path / "absent.pt"), options={"cuda_graphs": "maybe"}))

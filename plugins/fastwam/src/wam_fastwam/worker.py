@@ -86,9 +86,6 @@ def load_libero(config: ModelConfig) -> RLinfLiberoModel:
             "(RLinf's examples/embodiment/config/model/fastwam.yaml with model_path set)"
         )
     options = config.options
-    if options.get("cuda_graphs"):
-        raise ConfigurationError("--cuda-graphs captures Fast-WAM's RoboTwin path; on LIBERO RLinf's predict_action_batch "
-                                 "runs as it is (drop --cuda-graphs)")
     cfg = load_rlinf_config(config.checkpoint, dataset_stats=options.get("dataset_stats"))
     model_path, stats_path = libero_files(cfg, options.get("dataset_stats"))
     verify_files([model_path, stats_path], deployment_pins(options.get("am_pins")))
