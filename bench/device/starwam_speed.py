@@ -30,7 +30,7 @@ Run on the H200 (see docs/models/starwam.md for the device call)::
 On a CPU at reduced depth (a check that it runs; the figures mean nothing)::
 
     python bench/device/starwam_speed.py --tarball starwam-a7b05c8.tar.gz --layers 1 --n 1 --warm 0 \\
-        --batches 1,2 --robotwin-batches 2 --steps 2 --budget-s 5000 --out /tmp/starwam_speed.json
+        --batches 1,2 --robotwin-batches "" --plugin-batches 1,2 --steps 2 --budget-s 5000 --out /tmp/starwam_speed.json
 """
 
 from __future__ import annotations

@@ -42,8 +42,6 @@ class BatchedInference:
 
     def __init__(self, model: Any, *, action_horizon: int, num_inference_steps: int,
                  sigma_shift: Optional[float] = None, rand_device: str = "cpu"):
-        if str(getattr(model.video_expert, "video_attention_mask_mode", "")) != "first_frame_causal":
-            raise ValueError("`infer_action` requires `video_attention_mask_mode='first_frame_causal'`.")
         self.model = model
         self.action_horizon = int(action_horizon)
         self.num_inference_steps = int(num_inference_steps)
@@ -79,6 +77,8 @@ class BatchedInference:
         import torch
 
         model = self.model
+        if str(getattr(model.video_expert, "video_attention_mask_mode", "")) != "first_frame_causal":
+            raise ValueError("`infer_action` requires `video_attention_mask_mode='first_frame_causal'`.")
         device, dtype = model.device, model.torch_dtype
         noise = [
             torch.randn((1, self.action_horizon, model.action_expert.action_dim),
