@@ -1,7 +1,8 @@
 """``wamcore.cuda_graphs``, the part both model plugins' ``--cuda-graphs`` share. Capturing
 needs a GPU (the device benchmarks measure it: bench/device/starwam_speed.py,
 plugins/fastwam/bench/batch_latency.py); here: the buckets, the padding rule and the refusal
-off CUDA, with torch imported only when called."""
+off CUDA, what ``host_traffic`` finds in a core without a GPU, with torch imported only when
+called."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from wamcore.cuda_graphs import BUCKETS, GraphedCore, bucket, padded, require_cuda
+from wamcore.cuda_graphs import BUCKETS, GraphedCore, bucket, host_traffic, padded, require_cuda
 from wamcore.errors import ConfigurationError
 
 
@@ -44,3 +45,16 @@ def test_the_module_imports_no_torch():
     code = "import sys, wamcore.cuda_graphs; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_host_traffic_finds_a_copy_from_the_cpu_and_a_value_read_back():
+    import torch
+
+    table = torch.arange(4.0)  # a constant table kept on the CPU, copied to the device per call
+    assert host_traffic(lambda x: x * 2, torch.ones(2, 4, device="meta")) == []
+    found = host_traffic(lambda x: x * table.to(x.device), torch.ones(2, 4, device="meta"))
+    assert found and "fed CPU tensors of shapes [(4,)]" in found[0]
+    (read,) = host_traffic(lambda x: x * float(x.sum()), torch.ones(2, 4, device="meta"))
+    assert read.startswith("a value read back: ") and "meta" in read
+    (copy,) = host_traffic(lambda x: x.cpu(), torch.ones(2, 4, device="meta"))
+    assert copy.startswith("a value read back: ")

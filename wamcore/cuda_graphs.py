@@ -99,4 +99,40 @@ class GraphedCore:
         self._graphs[size] = (graph, static, out)
 
 
-__all__ = ["BUCKETS", "bucket", "require_cuda", "padded", "GraphedCore"]
+def host_traffic(core: Callable[..., Any], *inputs: Optional[Any]) -> List[str]:
+    """What in ``core`` would break a capture, found without a GPU: ``core`` and its model on
+    the ``meta`` device, run once (as the warm-up before a capture fills lazy caches), then
+    again while every operator is watched. Returned: each operator fed a CPU tensor (a copy
+    per call, which waits for the host), or the first value read back (``.item()``, a
+    data-dependent branch, a copy to the CPU: meta tensors hold no data, so it stops the run)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class Watch(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.found: List[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            cpu = [tuple(x.shape) for x in tree_leaves((args, kwargs))
+                   if isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dim() > 0]
+            if cpu:
+                self.found.append(f"{func} fed CPU tensors of shapes {cpu}")
+            return func(*args, **kwargs)
+
+    watch = Watch()
+    try:
+        with torch.no_grad():
+            core(*inputs)
+            with watch:
+                core(*inputs)
+    except (RuntimeError, NotImplementedError) as exc:
+        if "meta" not in str(exc):
+            raise
+        watch.found.append(f"a value read back: {exc}")
+    return watch.found
+
+
+__all__ = ["BUCKETS", "bucket", "require_cuda", "padded", "GraphedCore", "host_traffic"]
