@@ -383,7 +383,7 @@ def _plugin():
         state={k: rng.uniform(-0.5, 0.5, n) for k, n in STATE.items()}, instruction=TASK), seed=200 + i)
         for i in range(max(int(b) for b in args.plugin_batches.split(",")))]
     natives = [adapter.encode(r) for r in requests]
-    out = res.setdefault("plugin", {"graphs": CUDA})
+    out = res.setdefault("plugin", {"graphs": "graphed" in lib})
     for b in (int(x) for x in args.plugin_batches.split(",")):
         if over_budget():
             out[f"B{b}"] = "skipped: time budget"
