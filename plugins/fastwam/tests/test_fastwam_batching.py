@@ -4,7 +4,7 @@
 ``.venv-fastwam`` (FastWAM 45d8e14, reduced-depth random weights from its own classes, the
 text cache, 2 denoising steps) and sends: five requests one at a time (a lone session runs
 upstream's ``FastWAM.infer_action``), then the same requests from 2 and from 5 concurrent
-sessions (one ``predict_native_batch`` each, ``wam_fastwam.batching.infer_action_batch``), then
+sessions (one ``predict_native_batch`` each, ``wam_fastwam.batching.BatchedInference``), then
 a batch holding a valid request, a NaN state and an instruction without a text-cache entry.
 ``fastwam_graph_driver.py`` checks, without a GPU, what ``--cuda-graphs`` captures (the
 capture itself is measured on the GPU by ``plugins/fastwam/bench/batch_latency.py``).
