@@ -7,7 +7,9 @@
 #         hydra-core==1.3.2 omegaconf==2.3.0 boto3 botocore s3transfer jmespath termcolor pyzmq==27.3.0
 #     python3 -m pip wheel --no-deps -w .whl-fastwam antlr4-python3-runtime==4.9.3   # sdist only
 # then: run(command="bash bench/device/call_fastwam.sh", carry=[".whl-fastwam"], kind="nvidia-h200")
-#   or:  run(command="BENCH=batch bash bench/device/call_fastwam.sh", ...)   (batch 1..16, ~5 min)
+#   or:  run(command="BENCH=batch bash bench/device/call_fastwam.sh", carry=[".whl-fastwam"], kind="nvidia-h200",
+#            timeout_s=590)   (batch 1..16 eager, then the same with --cuda-graphs; ~6 min; killed at 560 s,
+#            its JSON is rewritten after every row)
 # Everything else (torch, transformers, accelerate, einops, imageio, safetensors, msgpack, ...)
 # is on the device image. Extra arguments go to the bench (default: 20 calls after 3).
 set -uo pipefail
@@ -24,7 +26,8 @@ export WAMCORE_PLUGIN_MODULES=wam_fastwam.plugin,wam_robotwin.plugin WAMCORE_LOA
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 # BENCH=batch: per-observation cost at batch 1..16 (batch_latency.py) instead of worker vs direct
 if [ "${BENCH:-latency}" = batch ]; then
-    python3 plugins/fastwam/bench/batch_latency.py --out "$OUT/fastwam_batch_h200.json" --work /tmp/fastwam-bench "$@"
+    timeout 560 python3 plugins/fastwam/bench/batch_latency.py --out "$OUT/fastwam_batch_h200.json" \
+        --work /tmp/fastwam-bench "$@" 2>&1 | tee "$OUT/fastwam_batch_h200.log"
 else
     python3 plugins/fastwam/bench/upstream_latency.py --out "$OUT/fastwam_h200.json" --work /tmp/fastwam-bench "$@"
 fi

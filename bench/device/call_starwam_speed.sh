@@ -3,6 +3,8 @@
 # Carry .upstream, holding the StarWAM a7b05c8 source archive (git archive), filled here by:
 #     mkdir -p .upstream && cp "$WAMCORE_UPSTREAM_DIR/starwam-a7b05c8.tar.gz" .upstream/
 # then: run(command="bash bench/device/call_starwam_speed.sh", carry=[".upstream"], kind="nvidia-h200", timeout_s=590)
+# About 5-6 minutes: LIBERO MoT (baseline, exactness, FLOPs, eager and CUDA graphs at batch 1..32,
+# the VAE alone, the worker's path), then RoboTwin MoT if more than 150 s of --budget-s are left.
 # Nothing else travels: StarWAM's inference needs torch, einops, pyyaml, safetensors, pillow and
 # pyarrow (imported, never used; stubbed if missing), wamcore needs attrs, numpy and pluggy, all on
 # the image. Extra arguments go to the bench. Its JSON is rewritten after every stage, so a

@@ -1,5 +1,6 @@
 """StarWAM at GPU speed, in one device call: upstream's chunk against the plugin's batched
-path (``wam_starwam.batched``), eager and with ``--cuda-graphs`` (``wam_starwam.graphs``).
+path (``wam_starwam.batched``), eager and with ``--cuda-graphs`` (``wamcore.cuda_graphs``: the
+whole chunk after the noise, the VAE encode included, replayed from one graph per bucket).
 
 Full-size StarWAM a7b05c8 (``--layers 0``: the Wan2.2-TI2V-5B defaults upstream falls back
 to) with weights generated from upstream's own classes, bf16, nothing downloaded. Stages,
@@ -14,7 +15,12 @@ each written to ``--out`` as soon as it is done (a timeout still returns what wa
   eager      the batched path per batch size: ms per call and per observation, utilisation,
              peak memory, and how far request 0's chunk moves from its batch-1 chunk
   graphs     the same with CUDA graphs (capture time of each bucket), and the difference to eager
+  vae        the VAE encode alone per batch size, eager and captured: its share of a chunk
+  plugin     the worker's whole path with CUDA graphs per batch size (``--plugin-batches``):
+             adapter-encoded uint8 frames through ``LiberoModel.predict_native_batch`` (frames to
+             the device, text lookup, noise, replay, one copy back, action restoration)
   robotwin   the RoboTwin MoT recipe: exactness at batch 1, eager and graphs at a few batch sizes
+             (``--robotwin-batches ''`` skips it)
 
 Run on the H200 (see docs/models/starwam.md for the device call)::
 
@@ -24,7 +30,7 @@ Run on the H200 (see docs/models/starwam.md for the device call)::
 On a CPU at reduced depth (a check that it runs; the figures mean nothing)::
 
     python bench/device/starwam_speed.py --tarball starwam-a7b05c8.tar.gz --layers 1 --n 1 --warm 0 \\
-        --batches 1,2 --robotwin-batches 2 --steps 2 --budget-s 5000 --out /tmp/starwam_speed.json
+        --batches 1,2 --robotwin-batches "" --plugin-batches 1,2 --steps 2 --budget-s 5000 --out /tmp/starwam_speed.json
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ ap.add_argument("--layers", type=int, default=0, help="DiT depth; 0: full size (
 ap.add_argument("--width", type=int, default=256, help="DiT width at reduced depth")
 ap.add_argument("--batches", default="1,2,4,8,16,32")
 ap.add_argument("--robotwin-batches", default="1,4,16")
+ap.add_argument("--plugin-batches", default="1,16,32")
 ap.add_argument("--steps", type=int, default=0, help="denoising steps; 0: the family's (LIBERO MoT 8, RoboTwin 4)")
 ap.add_argument("--n", type=int, default=8, help="timed calls per figure (p50)")
 ap.add_argument("--warm", type=int, default=2, help="untimed calls before them")
@@ -323,9 +330,70 @@ def _libero_graphs():
     model, cfg, steps = lib["model"], lib["cfg"], lib["steps"]
     graphed = FirstFrameMoT(model, horizon=32, steps=steps, num_video_frames=9)
     graphed.use_cuda_graphs()
+    lib["graphed"] = graphed
     sweep("libero", model, cfg, graphed, batches, "graphs", lib.get("flops"))
     res["libero"]["graphs_vs_eager_max_abs"] = graph_diff("libero", model, cfg, graphed, lib["composer"],
                                                          [b for b in batches if b in graphed.graphed.captured])
+
+
+@stage("vae")
+def _vae():
+    """``backbone.encode_video`` alone (the first thing a chunk does), eager and captured."""
+    from wamcore.cuda_graphs import GraphedCore
+
+    model, cfg = lib["model"], lib["cfg"]
+    encode = lambda images: model.backbone.encode_video(images.unsqueeze(2))  # noqa: E731
+    graphed = GraphedCore(encode) if CUDA else None
+    out = res.setdefault("vae", {})
+    for b in batches:
+        if over_budget():
+            out[f"B{b}"] = "skipped: time budget"
+            break
+        images = inputs(model, cfg, "libero", b)[0]
+        with torch.no_grad():
+            row = {"eager_ms": p50(lambda i: encode(images))}
+            if graphed is not None:
+                graphed(images)  # the capture
+                row["graphs_ms"] = p50(lambda i: graphed(images))
+        row["eager_per_obs_ms"] = round(row["eager_ms"] / b, 2)
+        out[f"B{b}"] = row
+        save()
+
+
+@stage("plugin")
+def _plugin():
+    """The worker's path: ``LiberoModel`` (wam_starwam.worker) around the same model, every
+    prediction through the batched path (with CUDA graphs: the composer captured above)."""
+    from wamcore import Observation, PredictRequest
+    from wam_starwam.libero import STATE, libero_adapter
+    from wam_starwam.normalization import load_stats
+    from wam_starwam.settings import Settings
+    from wam_starwam.worker import LiberoModel, TextConditioning
+
+    model, cfg, steps = lib["model"], lib["cfg"], lib["steps"]
+    settings = Settings.from_options("libero", {"text_cache": str(cache_dir), "num_inference_steps": steps,
+                                                "cuda_graphs": CUDA})
+    stats = load_stats(work / "stats_libero.json", "libero", action_dim=7, state_dim=8)
+    native = LiberoModel(model, cfg, settings, stats, TextConditioning(settings, backbone, 4096, DEV, DTYPE), DEV, DTYPE)
+    native.batch_with(lib.get("graphed") or lib["composer"], "", cuda_graphs=False)  # reuses the captured buckets
+    adapter = libero_adapter(settings.family, 10)
+    rng = np.random.default_rng(0)
+    requests = [PredictRequest(observation=Observation(
+        images={r: rng.integers(0, 256, (256, 256, 3), dtype=np.uint8) for r in ("primary", "wrist")},
+        state={k: rng.uniform(-0.5, 0.5, n) for k, n in STATE.items()}, instruction=TASK), seed=200 + i)
+        for i in range(max(int(b) for b in args.plugin_batches.split(",")))]
+    natives = [adapter.encode(r) for r in requests]
+    out = res.setdefault("plugin", {"graphs": "graphed" in lib})
+    for b in (int(x) for x in args.plugin_batches.split(",")):
+        if over_budget():
+            out[f"B{b}"] = "skipped: time budget"
+            break
+        ms = p50(lambda i: native.predict_native_batch(natives[:b], requests[:b]))
+        got = native.predict_native_batch(natives[:b], requests[:b])
+        out[f"B{b}"] = {"ms": ms, "per_obs_ms": round(ms / b, 2), "ok": all(not isinstance(g, Exception) for g in got)}
+        if not out[f"B{b}"]["ok"]:
+            out[f"B{b}"]["error"] = repr(next(g for g in got if isinstance(g, Exception)))[:400]
+        save()
 
 
 # ----------------------------------------------------------------------------- RoboTwin MoT
@@ -335,6 +403,12 @@ rt = {}
 @stage("robotwin")
 def _robotwin():
     lib.clear()
+    if not args.robotwin_batches:
+        res["robotwin"] = "not run: --robotwin-batches ''"
+        return
+    if time.time() - T0 > args.budget_s - 150:  # building the second model alone takes a minute
+        res["robotwin"] = "skipped: time budget"
+        return
     if CUDA:
         torch.cuda.empty_cache()
     model, cfg, composer, steps = build("robotwin")

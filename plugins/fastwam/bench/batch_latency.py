@@ -1,4 +1,5 @@
-"""Fast-WAM RoboTwin per-observation cost at batch 1..16, and how far it is from the GPU's limit.
+"""Fast-WAM RoboTwin per-observation cost at batch 1..16, eager and with ``--cuda-graphs``, and how
+far it is from the GPU's limit.
 
 In one process, random weights generated in place (``wam_fastwam.testweights.generate``,
 full size by default, text cache): the model loaded as the worker loads it
@@ -11,7 +12,11 @@ full size by default, text cache): the model loaded as the worker loads it
    after ``--warmup`` (synchronised), ms per call and per observation, utilisation (FLOPs x B
    over time against the measured rate), peak memory, and the largest difference of a batched
    row from that observation's chunk alone (upstream's ``infer_action``);
-4. batch 1 of the composed path against ``infer_action``: equal or not.
+4. batch 1 of the composed path against ``infer_action``: equal or not;
+5. on CUDA (unless ``--no-graphs``), the same rows again with the batched path replayed from CUDA
+   graphs (``BatchedInference.use_cuda_graphs``, what ``--cuda-graphs`` turns on): ms per call
+   and per observation, utilisation, the first call's time (it captures the bucket), and the
+   largest difference of a row from the eager batched row at the same batch size.
 
 The JSON is rewritten after every batch size (a timeout keeps what was measured)::
 
@@ -66,6 +71,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="1,2,4,8,16")
     ap.add_argument("--calls", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--no-graphs", action="store_true", help="skip the CUDA-graph rows")
     args = ap.parse_args()
     import torch
     from torch.utils.flop_counter import FlopCounterMode
@@ -104,26 +110,45 @@ def main() -> None:
     alone = [alone0] + [native.predict_native(n, r) for n, r in zip(singles[1:], requests[1:])]
     result["batch1_equals_infer_action"] = bool(np.array_equal(native.predict_native_batch(singles[:1], requests[:1])[0],
                                                                alone0))
-    for b in map(int, args.sizes.split(",")):
-        if args.device == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        times = []
-        for i in range(args.warmup + args.calls):
-            sync(torch, args.device)
-            t = time.perf_counter()
-            outs = native.predict_native_batch(singles[:b], requests[:b])
-            sync(torch, args.device)
-            if i >= args.warmup:
+    sizes = [int(b) for b in args.sizes.split(",")]
+
+    def rows(key: str, reference=None) -> dict:
+        """One row per batch size into ``result[key]``; ``reference``: eager outputs per size."""
+        outputs = {}
+        for b in sizes:
+            if args.device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            times = []
+            for i in range(1 + args.warmup + args.calls):  # call 0: the first (with graphs: the capture)
+                sync(torch, args.device)
+                t = time.perf_counter()
+                outs = native.predict_native_batch(singles[:b], requests[:b])
+                sync(torch, args.device)
                 times.append((time.perf_counter() - t) * 1000)
-        call_ms = float(np.median(times))
-        row = {"batch": b, "ms_per_call": round(call_ms, 1), "ms_per_observation": round(call_ms / b, 2),
-               "utilisation_pct": round(100 * result["gflop_per_observation"] * b / (call_ms / 1000) / 1000
-                                        / result["matmul_tflops"], 3),
-               "max_abs_diff_vs_alone": float(max(np.abs(o - a).max() for o, a in zip(outs, alone))),
-               "peak_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if args.device == "cuda" else None}
-        result["rows"].append(row)
-        print(json.dumps(row), flush=True)
-        Path(args.out).write_text(json.dumps(result, indent=1))
+            call_ms = float(np.median(times[1 + args.warmup:]))
+            row = {"batch": b, "ms_per_call": round(call_ms, 1), "ms_per_observation": round(call_ms / b, 2),
+                   "first_call_ms": round(times[0], 1),
+                   "utilisation_pct": round(100 * result["gflop_per_observation"] * b / (call_ms / 1000) / 1000
+                                            / result["matmul_tflops"], 3),
+                   "max_abs_diff_vs_alone": float(max(np.abs(o - a).max() for o, a in zip(outs, alone))),
+                   "peak_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if args.device == "cuda" else None}
+            if reference is not None:
+                row["max_abs_diff_vs_eager"] = float(max(np.abs(o - e).max() for o, e in zip(outs, reference[b])))
+            outputs[b] = outs
+            result[key].append(row)
+            print(key, json.dumps(row), flush=True)
+            Path(args.out).write_text(json.dumps(result, indent=1))
+        return outputs
+
+    eager = rows("rows")
+    if args.device != "cuda" or args.no_graphs:
+        result["graphs"] = "not run: " + ("--no-graphs" if args.no_graphs else "no CUDA (--cuda-graphs is refused off CUDA)")
+    else:
+        result["graph_rows"] = []
+        native.batched.use_cuda_graphs()
+        rows("graph_rows", reference=eager)
+        result["graph_buckets_captured"] = native.batched.graphed.captured
+    Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps(result))
 
 

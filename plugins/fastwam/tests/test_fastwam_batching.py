@@ -4,8 +4,10 @@
 ``.venv-fastwam`` (FastWAM 45d8e14, reduced-depth random weights from its own classes, the
 text cache, 2 denoising steps) and sends: five requests one at a time (a lone session runs
 upstream's ``FastWAM.infer_action``), then the same requests from 2 and from 5 concurrent
-sessions (one ``predict_native_batch`` each, ``wam_fastwam.batching.infer_action_batch``), then
+sessions (one ``predict_native_batch`` each, ``wam_fastwam.batching.BatchedInference``), then
 a batch holding a valid request, a NaN state and an instruction without a text-cache entry.
+``fastwam_graph_driver.py`` checks, without a GPU, what ``--cuda-graphs`` captures (the
+capture itself is measured on the GPU by ``plugins/fastwam/bench/batch_latency.py``).
 Without the model environment these tests fail, they are not skipped.
 """
 
@@ -20,8 +22,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from wamcore import ModelConfig
+from wamcore.errors import ConfigurationError
 from wam_fastwam.batching import BATCH_ENTRY
-from wam_fastwam.worker import MAX_BATCH
+from wam_fastwam.plugin import MODEL
+from wam_fastwam.worker import MAX_BATCH, load
 
 from test_fastwam_real_upstream import FASTWAM_PYTHON, VENV, require_model_environment
 from fastwam_batch_driver import CASES, MISSING
@@ -83,6 +88,42 @@ def test_a_malformed_observation_in_a_batch_fails_only_its_own_request(run):
 def test_the_identity_records_batching(run):
     details = run["details"]
     assert details["batching"] == {"max_batch": MAX_BATCH, "entry": BATCH_ENTRY}
+    assert details["cuda_graphs"] is False
     assert details["entry"] == "fastwam.models.wan22.fastwam.FastWAM.infer_action"  # a lone request's entry
     assert run["health"]["max_batch"] == MAX_BATCH and run["health"]["window_ms"] == 60000
     assert run["health"]["sizes"] == {"1": 5, "2": 1, "3": 1, "5": 1}  # the mixed group of 3 reached the model as 2
+
+
+@pytest.mark.parametrize("device", ["cpu", None])
+def test_cuda_graphs_are_refused_off_cuda_before_any_file_is_read(tmp_path, device):
+    """The checkpoint does not exist: the refusal comes first (no CheckpointError, no weights)."""
+    config = ModelConfig(platform="robotwin", checkpoint=str(tmp_path / "absent.pt"), options={"cuda_graphs": True},
+                         device=device)
+    with pytest.raises(ConfigurationError, match="--cuda-graphs .* needs a CUDA device; this worker's device is cpu"):
+        load(config)
+
+
+def test_cuda_graphs_are_refused_on_libero_and_must_be_a_flag(tmp_path):
+    with pytest.raises(ConfigurationError, match=r"not by these options: .*--cuda-graphs -> \(none: RoboTwin only"):
+        MODEL.resolve(ModelConfig(platform="libero", options={"cuda_graphs": True}))
+    MODEL.resolve(ModelConfig(platform="libero", options={"cuda_graphs": False}))  # the default is no option given
+    with pytest.raises(ConfigurationError, match="--cuda-graphs is a flag"):
+        load(ModelConfig(platform="robotwin", checkpoint=str(tmp_path / "absent.pt"), options={"cuda_graphs": "maybe"}))
+
+
+def test_what_cuda_graphs_capture_neither_copies_from_the_host_nor_reads_back(tmp_path):
+    """On the meta device (``wamcore.cuda_graphs.host_traffic``): upstream's core copies its CPU
+    tables (the VAE's 48-value scale, the experts' RoPE freqs) on every call until
+    ``use_cuda_graphs`` moves them to the model's device; then nothing comes from the host and
+    nothing is read back."""
+    require_model_environment()
+    args = {"fastwam_python": FASTWAM_PYTHON, "weights_root": str(VENV / "test-weights")}
+    (tmp_path / "args.json").write_text(json.dumps(args))
+    env = {k: v for k, v in os.environ.items() if k != "DIFFSYNTH_MODEL_BASE_PATH"}
+    proc = subprocess.run([FASTWAM_PYTHON, str(HERE / "fastwam_graph_driver.py"), str(tmp_path / "args.json"),
+                           str(tmp_path / "out.json")], env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert any("[(48,)]" in op for op in out["before"])  # the VAE's scale
+    assert any("(1024, 22)" in op for op in out["before"])  # a RoPE table (1024 positions)
+    assert out["after"] == [] and out["shape"] == [3, 32, 14]

@@ -10,7 +10,9 @@ depth, generated weights (``wam starwam-test-weights``), float32 on CPU.
 * in-process, per family (LIBERO MoT, Shared-DiT, feature-conditioned; RoboTwin MoT): the
   batched path at batch 1 equals upstream's entry point exactly, and a batch's rows are the
   requests' own chunks;
-* ``--cuda-graphs`` is refused off CUDA with a typed error.
+* ``--cuda-graphs`` is refused off CUDA with a typed error; what it captures (the MoT core, the
+  VAE encode included) neither copies from the host nor reads a value back, checked on the
+  ``meta`` device (``wamcore.cuda_graphs.host_traffic``; the capture itself needs a GPU).
 
 Batched rows equal the same request alone within :data:`ATOL`, not bit for bit: a batch
 multiplies taller matrices, and CPU GEMM kernels round those differently (measured: at most
@@ -188,3 +190,22 @@ def test_cuda_graphs_are_refused_off_cuda_before_the_model_loads(test_weights):
         service(test_weights, "mot", cuda_graphs=True)
     with pytest.raises(ConfigurationError, match="--cuda-graphs captures the MoT families"):
         service(test_weights, "shared-dit", cuda_graphs=True)
+
+
+def test_what_cuda_graphs_capture_neither_copies_from_the_host_nor_reads_back(test_weights):
+    import torch
+
+    from wam_starwam.families import family
+    from wamcore.cuda_graphs import host_traffic
+
+    native = service(test_weights, "mot").native
+    model, composer = native.model.to("meta"), native.composer
+    vae = model.backbone.vae  # upstream's Wan22VAE keeps its network outside the module tree, built on its device
+    vae._device, vae._impl.scale = "meta", [s.to("meta") for s in vae._impl.scale]
+    vae._impl.model.to("meta")
+    batch, (h, w) = 3, family("mot", "libero").composed_size
+    inputs = (torch.zeros(batch, 3, h, w, device="meta"), torch.zeros(batch, 128, 4096, device="meta"),
+              torch.ones(batch, 128, dtype=torch.bool, device="meta"), torch.zeros(batch, 8, device="meta"),
+              torch.zeros(batch, 32, 7, device="meta"))
+    assert host_traffic(composer.core, *inputs) == []
+    assert composer.core(*inputs).shape == (batch, 32, 7)

@@ -28,11 +28,12 @@ ROBOTWIN_ONLY = {
     "fastwam_config_dir": "fastwam.config_dir",
     "fastwam_override": "fastwam.overrides",
     "text_cache": "(none: RoboTwin only, RLinf's FastWAMPolicy loads its own text encoder)",
+    "cuda_graphs": "(none: RoboTwin only, RLinf's predict_action_batch runs as it is)",
 }
 
 
 def _refuse_robotwin_options(config: ModelConfig) -> None:
-    given = [k for k in ROBOTWIN_ONLY if config.options.get(k) not in (None, (), [])]
+    given = [k for k in ROBOTWIN_ONLY if config.options.get(k) not in (None, False, (), [])]
     if given:
         moves = ", ".join(f"--{k.replace('_', '-')} -> {ROBOTWIN_ONLY[k]}" for k in given)
         raise ConfigurationError(

@@ -54,6 +54,13 @@ OPTIONS = (
         "model.video_dit_config.num_layers=2 for weights of another architecture (wam fastwam-test-weights prints them).",
     ),
     Option(
+        "cuda-graphs",
+        type="bool",
+        default=False,
+        help="RoboTwin: answer every prediction through the batched path, its VAE encode, prefill and denoising steps "
+        "captured as CUDA graphs, one per batch-size bucket (1, 2, 4, 8, 16), and replayed (CUDA only).",
+    ),
+    Option(
         "fastwam-config-dir",
         type="path",
         help="RoboTwin: FastWAM's configs/ folder (default: $FASTWAM_CONFIG_DIR, else the installed FastWAM checkout's).",

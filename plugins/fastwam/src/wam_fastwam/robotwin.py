@@ -56,6 +56,8 @@ class RoboTwinSettings:
     text_cache: Optional[str] = None
     #: ``--fastwam-override``: Hydra overrides of ``sim_robotwin`` (architecture of generated weights)
     overrides: tuple = ()
+    #: ``--cuda-graphs``: every prediction through the batched path, replayed from CUDA graphs
+    cuda_graphs: bool = False
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> "RoboTwinSettings":
@@ -88,6 +90,9 @@ class RoboTwinSettings:
         for item in overrides:
             if not isinstance(item, str) or "=" not in item:
                 problems.append(f"--fastwam-override must be a Hydra override KEY=VALUE, got {item!r}")
+        cuda_graphs = options.get("cuda_graphs")
+        if not isinstance(cuda_graphs, (bool, type(None))):
+            problems.append(f"--cuda-graphs is a flag (true or false), got {cuda_graphs!r}")
         if problems:
             raise ConfigurationError("Fast-WAM on RoboTwin: " + "; ".join(problems))
         return cls(
@@ -97,6 +102,7 @@ class RoboTwinSettings:
             pins=options.get("am_pins"),
             text_cache=options.get("text_cache"),
             overrides=overrides,
+            cuda_graphs=bool(cuda_graphs),
         )
 
 

@@ -8,7 +8,8 @@
   checkpoint; each prediction is one ``model.infer_action(...)`` call with the composed image
   scaled to [-1, 1] at the model's dtype and the z-scored state, its output restored with the
   same stats; requests of concurrent sessions are answered together by
-  ``wam_fastwam.batching.infer_action_batch`` (the same upstream modules, B observations).
+  ``wam_fastwam.batching.BatchedInference`` (the same upstream modules, B observations), with
+  ``--cuda-graphs`` every prediction, replayed from CUDA graphs (``wamcore.cuda_graphs``).
   With ``--text-cache DIR`` the model is built without the text encoder and ``infer_action``
   gets the instruction's precomputed ``context``/``context_mask`` from upstream's
   text-embedding cache (``wam_fastwam.text_cache``) instead of the prompt.
@@ -154,6 +155,18 @@ class RoboTwinModel:
         self._takes_video_frames = "num_video_frames" in inspect.signature(model.infer_action).parameters
         # the batched path composes 45d8e14's infer_action; another signature means another upstream
         self.max_batch = 1 if self._takes_video_frames else MAX_BATCH
+        self.batched = None
+        if self.max_batch > 1:
+            from .batching import BatchedInference
+
+            self.batched = BatchedInference(model, action_horizon=settings.action_horizon,
+                                            num_inference_steps=settings.num_inference_steps, sigma_shift=None,
+                                            rand_device="cpu")
+        if settings.cuda_graphs:
+            if self.batched is None:
+                raise ConfigurationError("--cuda-graphs captures the batched path, which this FastWAM has not (its "
+                                         "infer_action takes num_video_frames: not the 45d8e14 composition)")
+            self.batched.use_cuda_graphs()
         self.details = {
             "path": "official",
             "upstream": upstream.FASTWAM_OFFICIAL.label,
@@ -162,6 +175,7 @@ class RoboTwinModel:
             "action_horizon": settings.action_horizon,
             "num_inference_steps": settings.num_inference_steps,
             "batching": {"max_batch": self.max_batch, "entry": BATCH_ENTRY if self.max_batch > 1 else None},
+            "cuda_graphs": settings.cuda_graphs,
         }
 
     def _text(self, instruction: str) -> dict:
@@ -176,8 +190,15 @@ class RoboTwinModel:
         return torch.from_numpy(self.stats.state.normalize(native["state"])[None])
 
     def predict_native(self, native: dict, request: PredictRequest) -> np.ndarray:
-        """One observation: upstream's own ``infer_action``."""
+        """One observation: upstream's own ``infer_action`` (with ``--cuda-graphs``, the batched
+        path's graph of one)."""
         import torch
+
+        if self.settings.cuda_graphs:
+            (out,) = self.predict_native_batch([native], [request])
+            if isinstance(out, Exception):
+                raise out
+            return out
 
         kwargs = {
             **self._text(native["instruction"]),
@@ -199,11 +220,9 @@ class RoboTwinModel:
         return self._restore(out["action"])
 
     def predict_native_batch(self, natives: list, requests: list) -> list:
-        """Several sessions' observations in one pass (:func:`wam_fastwam.batching.infer_action_batch`).
+        """Several sessions' observations in one pass (:class:`wam_fastwam.batching.BatchedInference`).
         An observation whose inputs cannot be prepared (an instruction without a text-cache
         entry) gets its own error; the others still run."""
-        from .batching import infer_action_batch
-
         outs: list = [None] * len(natives)
         items = []  # (index, image, context, mask, proprio, seed)
         for i, (native, request) in enumerate(zip(natives, requests)):
@@ -216,12 +235,10 @@ class RoboTwinModel:
             except Exception as exc:  # that request alone fails (ModelService.predict_batch)
                 outs[i] = exc
         if items:
-            actions = infer_action_batch(
-                self.model,
+            actions = self.batched(
                 images=[it[1] for it in items], contexts=[it[2] for it in items],
                 context_masks=[it[3] for it in items], proprios=[it[4] for it in items],
-                seeds=[it[5] for it in items], action_horizon=self.settings.action_horizon,
-                num_inference_steps=self.settings.num_inference_steps, sigma_shift=None, rand_device="cpu",
+                seeds=[it[5] for it in items],
             )
             for row, it in zip(actions, items):
                 outs[it[0]] = self._restore(row)
@@ -266,6 +283,10 @@ def fastwam_config_dir(explicit: Optional[str] = None) -> Path:
 
 def load_robotwin(config: ModelConfig) -> RoboTwinModel:
     settings = RoboTwinSettings.from_options(config.options)
+    if settings.cuda_graphs:
+        from wamcore.cuda_graphs import require_cuda
+
+        require_cuda(_device(config))  # before any file or weight is touched
     checkpoint = robotwin_checkpoint_file(config.checkpoint)
     explicit = Path(settings.dataset_stats).expanduser() if settings.dataset_stats else None
     stats_path = find_dataset_stats(checkpoint, explicit)
@@ -293,7 +314,7 @@ def load_robotwin(config: ModelConfig) -> RoboTwinModel:
     model_cfg = OmegaConf.create(OmegaConf.to_container(cfg.model, resolve=True))
     # upstream's deployment loads the UMT5-XXL encoder; with --text-cache the cache replaces it
     model_cfg.load_text_encoder = text is None
-    device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = _device(config)
     model = instantiate(model_cfg, model_dtype=torch.bfloat16, device=device)
     with upstream.weights_only_loads():
         try:
@@ -326,6 +347,12 @@ def load_robotwin(config: ModelConfig) -> RoboTwinModel:
     })
     native.device = str(device)
     return native
+
+
+def _device(config: ModelConfig) -> str:
+    import torch
+
+    return config.device or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _check_architecture(payload: Any, model: Any, checkpoint: Path, settings: RoboTwinSettings) -> None:

@@ -14,9 +14,11 @@ text contexts are padded to ``text_len`` (128) with their masks, as upstream's
 ``load_text_cache`` and T5 encoder give them, so requests with different instructions are
 stacked, not grouped; the masks keep each row's attention to its own tokens.
 
-Each composer splits its work in two: :meth:`prepare` (VAE encode and noise, eager) and
-:meth:`core` (everything after, a pure function of fixed-shape tensors), which
-``wam_starwam.graphs`` captures as a CUDA graph where the family allows it.
+Each composer splits its work in two: :meth:`prepare` (each request's noise, eager: it needs
+the request's own generator) and :meth:`core` (everything else, the VAE encode included, a pure
+function of fixed-shape tensors), which ``wamcore.cuda_graphs`` captures as a CUDA graph where
+the family allows it. Shared-DiT, never captured, encodes in :meth:`prepare`: its video noise
+takes the latents' shape.
 """
 
 from __future__ import annotations
@@ -56,11 +58,11 @@ class Composer:
         self.steps = int(steps)
         self.num_video_frames = int(num_video_frames)
         self.action_dim = int(model.config.action_dim)
-        self.graphed = None  # a wam_starwam.graphs.GraphedCore of core, with --cuda-graphs
+        self.graphed = None  # a wamcore.cuda_graphs.GraphedCore of core, with --cuda-graphs
         self._schedules: dict = {}
 
     def use_cuda_graphs(self) -> None:
-        from .graphs import GraphedCore
+        from wamcore.cuda_graphs import GraphedCore
 
         if not self.graphable:
             raise ValueError(f"{type(self).__name__} is not captured as a CUDA graph")
@@ -73,6 +75,15 @@ class Composer:
         if key not in self._schedules:
             self._schedules[key] = build_inference_schedule(scheduler_config, steps, device, dtype)
         return self._schedules[key]
+
+    def prepare(self, images: Tensor, context: Tensor, mask: Tensor, proprio: Optional[Tensor],
+                seeds: Sequence[Optional[int]]) -> tuple:
+        """:meth:`core`'s inputs: the request's own, and each request's action noise."""
+        (noise,) = per_request_noise(seeds, [(self.horizon, self.action_dim)], images.device, images.dtype)
+        return images, context, mask, proprio, noise
+
+    def core(self, *inputs: Optional[Tensor]) -> Tensor:
+        raise NotImplementedError
 
     def __call__(self, images: Tensor, context: Tensor, mask: Tensor, proprio: Optional[Tensor],
                  seeds: Sequence[Optional[int]]) -> Tensor:
@@ -95,17 +106,12 @@ class FirstFrameMoT(Composer):
                "mot.prefill_video_cache", "action_expert.pre_dit", "mot.forward_action_with_video_cache",
                "action_expert.post_dit", "FlowMatchScheduler.step")
 
-    def prepare(self, images, context, mask, proprio, seeds):
-        dtype = images.dtype
-        latents = self.model.backbone.encode_video(images.unsqueeze(2))
-        (noise,) = per_request_noise(seeds, [(self.horizon, self.action_dim)], images.device, dtype)
-        return latents, context, mask, proprio, noise
-
-    def core(self, latents: Tensor, context: Tensor, mask: Tensor, proprio: Optional[Tensor], noise: Tensor) -> Tensor:
+    def core(self, images: Tensor, context: Tensor, mask: Tensor, proprio: Optional[Tensor], noise: Tensor) -> Tensor:
         model = self.model
-        batch, device = latents.shape[0], latents.device
-        timesteps, deltas = self.schedule(model.config.action_scheduler, self.steps, device, noise.dtype)
+        batch, device = images.shape[0], images.device
         context, mask = model._append_proprio_to_context(context, mask, proprio)
+        latents = model.backbone.encode_video(images.unsqueeze(2))
+        timesteps, deltas = self.schedule(model.config.action_scheduler, self.steps, device, noise.dtype)
         video_state = model.backbone.get_dit().pre_dit(latents, torch.zeros(batch, device=device, dtype=torch.long),
                                                        context, mask)
         cache = model.mot.prefill_video_cache(video_state)
@@ -173,15 +179,11 @@ class ObservationFeatures(Composer):
                "FeatureConditionedActionModel._extract_video_features", "FeatureConditionedActionModel._compose_action_context",
                "action_expert", "FlowMatchScheduler.step")
 
-    def prepare(self, images, context, mask, proprio, seeds):
-        latents = self.model.backbone.encode_video(images.unsqueeze(2))
-        (noise,) = per_request_noise(seeds, [(self.horizon, self.action_dim)], images.device, images.dtype)
-        return latents, context, mask, proprio, noise
-
-    def core(self, latents, context, mask, proprio, noise):
+    def core(self, images, context, mask, proprio, noise):
         model = self.model
-        batch, device, dtype = latents.shape[0], latents.device, noise.dtype
+        batch, device, dtype = images.shape[0], images.device, noise.dtype
         context, mask = model._append_proprio_to_context(context, mask, proprio)
+        latents = model.backbone.encode_video(images.unsqueeze(2))
         feature_t = torch.zeros(batch, device=device, dtype=dtype)
         features = model._extract_video_features(latents, feature_t, context, mask)
         action_context, action_mask = model._compose_action_context(features, feature_t, context, mask)

@@ -42,8 +42,8 @@ OPTIONS = (
     Option("fixed-seed", type="bool", default=False,
            help="Use --noise-seed for every chunk, ignoring the episode's seed (rollout --fixed-seed)."),
     Option("cuda-graphs", type="bool", default=False,
-           help="Capture the batched path's video-DiT prefill and denoising steps as CUDA graphs, one per batch-size "
-                "bucket (1, 2, 4, 8, 16, 32), and replay them (MoT families, CUDA only)."),
+           help="Capture the batched path (VAE encode, video-DiT prefill, denoising steps) as CUDA graphs, one per "
+                "batch-size bucket (1, 2, 4, 8, 16, 32), and replay them (MoT families, CUDA only)."),
     Option("starwam-root", type="path", help="The StarWAM checkout (default: $STARWAM_ROOT, else the editable install's)."),
     Option("recipe", type="path", help="A recipe YAML of your own instead of the family's (examples/*/configs/recipes)."),
     Option("am-pins", type="path", help="Pin file {\"pins\": {name: sha256}} adding to the shipped StarWAM pins."),

@@ -10,7 +10,7 @@
   (``wam_starwam.server_client``).
 * A batch of concurrent sessions' predictions (and, with ``--cuda-graphs``, every prediction)
   runs through the family's batched path, composed from upstream's modules with each
-  request's own noise generator (``wam_starwam.batched``, ``wam_starwam.graphs``).
+  request's own noise generator (``wam_starwam.batched``; ``wamcore.cuda_graphs``).
 
 Start-up order: options, files and pins, stats, the upstream package, the recipe, then the
 weights, each failure a typed error that says what to do. Every upstream call that loads a
@@ -41,7 +41,7 @@ from .settings import Settings
 #: a marker the test-weight generator writes beside what it generates (``testweights``)
 RANDOM_MARKER = "STARWAM_RANDOM_TEST_WEIGHTS.json"
 DIMS = {LIBERO: (LIBERO_DIM, 8), ROBOTWIN: (ROBOTWIN_DIM, 14)}
-#: the most requests one batched call takes (the largest CUDA-graph bucket, ``graphs.BUCKETS``)
+#: the most requests one batched call takes (the largest CUDA-graph bucket, ``wamcore.cuda_graphs.BUCKETS``)
 MAX_BATCH = 32
 
 
@@ -72,7 +72,7 @@ def load(config: ModelConfig):
 
     device = torch.device(config.device or ("cuda:0" if torch.cuda.is_available() else "cpu"))
     if settings.cuda_graphs:
-        from .graphs import require_cuda
+        from wamcore.cuda_graphs import require_cuda
 
         require_cuda(device)
     overrides = [
@@ -215,7 +215,7 @@ class BatchedModel:
         if rows:
             parts = list(zip(*(r for _, r in rows)))
             stacked = [None if p[0] is None else torch.cat(p, dim=0) for p in parts[:4]]
-            pred = self.composer(*stacked, list(parts[4]))
+            pred = self.composer(*stacked, list(parts[4])).float().cpu()  # one copy to the host, not one per row
             for (i, _), row in zip(rows, pred.split(1, dim=0)):
                 outputs[i] = self._restored(row)
         return outputs
@@ -231,17 +231,27 @@ class LiberoModel(BatchedModel):
         self.torch_device, self.dtype = device, dtype
         self.num_video_frames = len(range(0, int(cfg.data.num_frames), max(1, int(cfg.data.action_freq_ratio))))
         self.details: dict = {}
+        self._on_device: dict = {}  # instruction -> (context, mask) on the model's device: copied once, not per call
+
+    def _text_on_device(self, task: str):
+        if task not in self._on_device:
+            context, mask = self.text(task)
+            self._on_device[task] = (context.unsqueeze(0).to(device=self.torch_device, dtype=self.dtype),
+                                     mask.unsqueeze(0).to(device=self.torch_device))
+        return self._on_device[task]
 
     def _conditioned(self, native: dict, request: PredictRequest):
-        """``(image [1,3,H,W], context [1,L,D], mask [1,L], proprio [1,8], seed)`` on the model's device."""
+        """``(image [1,3,H,W], context [1,L,D], mask [1,L], proprio [1,8], seed)`` on the model's device.
+        The frame travels as uint8 and is scaled there (the same float32 operations, a quarter
+        of the bytes)."""
         import torch
 
         device, dtype = self.torch_device, self.dtype
-        image = torch.as_tensor(native["image"], dtype=torch.float32).permute(2, 0, 1).unsqueeze(0) * (2.0 / 255.0) - 1.0
-        context, mask = self.text(native["instruction"])
+        pixels = torch.as_tensor(np.ascontiguousarray(native["image"])).to(device)
+        image = pixels.to(torch.float32).permute(2, 0, 1).unsqueeze(0) * (2.0 / 255.0) - 1.0
+        context, mask = self._text_on_device(native["instruction"])
         proprio = torch.from_numpy(self.stats.normalize_state_minmax(native["proprio"])).view(1, -1)
-        return (image.to(device=device, dtype=dtype), context.unsqueeze(0).to(device=device, dtype=dtype),
-                mask.unsqueeze(0).to(device=device), proprio.to(device=device, dtype=dtype),
+        return (image.to(dtype=dtype), context, mask, proprio.to(device=device, dtype=dtype),
                 self.settings.seed_for(request.seed))
 
     def _restored(self, pred) -> np.ndarray:
