@@ -15,12 +15,15 @@ chunk is computed, then the part of the chunk it executes.
   (the request leaves the last ``d`` actions of a chunk to run meanwhile, ``d`` the
   latency's steps); the new chunk starts at offset ``d``, skipping the actions whose time
   has passed. The first chunk of an episode, and any gap where the current chunk ran out,
-  is waited for with the hold action.
+  is waited for with the hold action;
+* ``rtc`` (real-time chunking): ``async``, with every request carrying the actions that
+  will execute while it is computed (``PredictRequest.action_prefix``: the rest of the
+  current chunk, the hold action where it runs out), for a model that declares the
+  ``action_prefix`` capability: its chunk starts with them and plans the rest from where
+  they leave the robot, so the actions run after the skip continue what ran meanwhile.
 
 Latency is injected (``latency_ms``, deterministic) or measured (the wall time of the
 prediction, the model worker and transport included). ``d = ceil(ms * control_hz / 1000)``.
-An ``rtc`` strategy (requests that carry the actions executing during the delay) would be
-a fourth unit here, gated on a model capability; it is not built yet (docs/evaluation.md).
 """
 
 from __future__ import annotations
@@ -32,9 +35,9 @@ from typing import Any, List, Mapping, Optional, Sequence, Union
 import attrs
 import numpy as np
 
-from .errors import ConfigurationError
+from .errors import CapabilityError, ConfigurationError
 
-EXECUTIONS = ("pause", "hold", "async")
+EXECUTIONS = ("pause", "hold", "async", "rtc")
 MEASURED = "measured"
 #: the platform's intervention that is its hold action (for its default control)
 HOLD_INTERVENTION = "no-op"
@@ -42,6 +45,10 @@ HOLD_INTERVENTION = "no-op"
 
 class NoHoldAction(ConfigurationError):
     """The platform declares no hold action for the control the episode executes."""
+
+
+class NoActionPrefix(CapabilityError):
+    """``--execution rtc`` with a model that does not declare the ``action_prefix`` capability."""
 
 
 class NoControlRate(ConfigurationError):
@@ -149,11 +156,15 @@ class Strategy:
         self.last: Optional[np.ndarray] = None
 
     def _latency(self, model, request):
+        """(prediction, ms). Injected latency is per model prediction: a planner's answer
+        (``--best-of``) costs it once for every prediction its decision took."""
         if self.settings.latency_ms == MEASURED:
             t0 = time.perf_counter()
             pred = model.predict(request)
             return pred, (time.perf_counter() - t0) * 1000.0
-        return model.predict(request), float(self.settings.latency_ms)
+        pred = model.predict(request)
+        made = (pred.info.get("plan") or {}).get("predictions", 1)
+        return pred, float(self.settings.latency_ms) * made
 
     def _hold(self) -> np.ndarray:
         if self.hold is None:
@@ -170,7 +181,7 @@ class Strategy:
     def chunk(self, model, request):
         """(prediction, the actions to execute before the next request)."""
         pred, ms = self._latency(model, request)
-        steps = math.ceil(ms * self.control_hz / 1000.0 - 1e-9)
+        steps = latency_steps(ms, self.control_hz)
         wait = self.wait_actions(steps)
         skip = min(steps, len(pred.actions)) if self.skips else 0
         new = list(pred.actions[skip:])
@@ -218,11 +229,46 @@ class Async(Strategy):
         return ran + [self._hold() for _ in range(steps - len(ran))]
 
 
-STRATEGIES = {"pause": Pause, "hold": Hold, "async": Async}
+class Rtc(Async):
+    """async whose requests carry the actions that run while the chunk is computed."""
+
+    name = "rtc"
+
+    def chunk(self, model, request):
+        steps = self._expected_steps()
+        if steps:
+            run = self.leftover[:steps]
+            run += [self._hold() for _ in range(steps - len(run))]
+            # a delay longer than the model's chunk: the whole chunk is the prefix
+            request = attrs.evolve(request, action_prefix=np.stack(run[:model.contract.chunk_size]).astype(np.float32))
+        return super().chunk(model, request)
+
+    def _expected_steps(self) -> int:
+        """The steps this request's delay is expected to span: the last chunk's (a measured
+        latency, or a planner's several predictions, vary); before the first, the injected
+        latency's (measured: 0, nothing is known yet)."""
+        if self.chunks:
+            return self.chunks[-1]["latency_steps"]
+        return 0 if self.settings.latency_ms == MEASURED else latency_steps(float(self.settings.latency_ms), self.control_hz)
 
 
-def strategy_for(settings: Realtime, platform, control) -> Strategy:
-    """The strategy for one env worker; refuses at once what it cannot execute."""
+STRATEGIES = {"pause": Pause, "hold": Hold, "async": Async, "rtc": Rtc}
+
+
+def latency_steps(ms: float, control_hz: float) -> int:
+    """The control steps a latency of ``ms`` spans (``ceil``)."""
+    return math.ceil(ms * control_hz / 1000.0 - 1e-9)
+
+
+def strategy_for(settings: Realtime, platform, control, capabilities=None) -> Strategy:
+    """The strategy for one env worker; refuses at once what it cannot execute (with the
+    model's ``capabilities``, also ``rtc`` for a model that cannot condition on a prefix)."""
+    if settings.execution == "rtc" and capabilities is not None and not capabilities.action_prefix:
+        raise NoActionPrefix(
+            "--execution rtc needs a model that declares the action_prefix capability (it conditions its chunk on "
+            "the actions executing while it computes); this one does not: use --execution async or hold, or a model "
+            "that declares it (docs/evaluation.md, 'rtc')"
+        )
     hz = control_rate(settings, control)
     hold = None
     if settings.execution != "pause":
@@ -244,7 +290,9 @@ __all__ = [
     "Pause",
     "Hold",
     "Async",
+    "Rtc",
     "NoHoldAction",
+    "NoActionPrefix",
     "NoControlRate",
     "strategy_for",
     "hold_action",

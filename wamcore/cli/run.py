@@ -36,16 +36,19 @@ def run(ctx, **kwargs):
     from ..execution import run_episode
     from ..realtime import strategy_for
 
+    model = None
     try:
         recorder = None
         if video:
             from ..video import EpisodeRecorder
 
             recorder = EpisodeRecorder(env, video)  # a missing video library is reported before the model loads
-        execution = strategy_for(realtime, platform, env.control) if realtime is not None else None
         model = with_cache(_open(reg, platform, platform_opts, config), cache)
+        execution = strategy_for(realtime, platform, env.control, model.info.capabilities) if realtime else None
     except BaseException:
         env.close()
+        if model is not None:  # the strategy refused the model
+            model.close()
         raise
     try:
         try:
