@@ -364,9 +364,10 @@ def realtime_options() -> List[click.Option]:
         click.Option(["--realtime"], is_flag=True,
                      help="Simulated time advances while the model computes a chunk; records carry the strategy, "
                           "the latency per chunk and the actions skipped."),
-        click.Option(["--execution"], default="pause", show_default=True, metavar="pause|hold|async[,...]",
+        click.Option(["--execution"], default="pause", show_default=True, metavar="pause|hold|async|rtc[,...]",
                      help="With --realtime: what the world does while a chunk is computed: waits (pause), runs the "
-                          "platform's hold action (hold), runs the rest of the current chunk (async). "
+                          "platform's hold action (hold), runs the rest of the current chunk (async), or that with "
+                          "the request carrying those actions for a model declaring action_prefix (rtc). "
                           "wam eval: a comma-separated list sweeps them."),
         click.Option(["--latency-ms"], default="0", show_default=True, metavar="MS[,MS...]|measured",
                      help="With --realtime: the latency of every chunk, injected (deterministic), or the model's "
