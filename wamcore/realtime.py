@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
 
 import attrs
 import numpy as np
@@ -123,17 +123,22 @@ def control_rate(settings: Realtime, control) -> float:
     return float(hz)
 
 
-def hold_action(platform, control) -> np.ndarray:
+def hold_action(platform, control, env=None):
     """The action that holds the robot still for ``control``: the platform's ``no-op``
-    intervention, declared for its default control (a delta or velocity command of zero)."""
+    intervention, declared for its default control (a delta or velocity command of zero);
+    else the env's ``hold_action()``, a method giving it from the current state (absolute
+    targets: where the robot is now)."""
     if control.action_space == platform.control.action_space:
         for intervention in platform.interventions:
             if intervention.name == HOLD_INTERVENTION:
                 return np.array(intervention.actions[0], dtype=np.float32)
+    if callable(getattr(env, "hold_action", None)):
+        return env.hold_action
     raise NoHoldAction(
-        f"platform {platform.name!r} declares no hold action for {control.action_space!r}: --execution hold and "
-        f"async need one (a '{HOLD_INTERVENTION}' intervention of its default control, e.g. zero velocity with the "
-        "gripper kept); use --execution pause, or declare it in the platform plugin"
+        f"platform {platform.name!r} declares no hold action for {control.action_space!r}: --execution hold, "
+        f"async and rtc need one (a '{HOLD_INTERVENTION}' intervention of its default control, e.g. zero velocity "
+        "with the gripper kept, or an Env.hold_action() method); use --execution pause, or declare it in the "
+        "platform plugin"
     )
 
 
@@ -144,7 +149,7 @@ class Strategy:
     name = "pause"
     skips = False  # async: the new chunk starts at the latency's offset
 
-    def __init__(self, settings: Realtime, control_hz: float, hold: Optional[np.ndarray] = None,
+    def __init__(self, settings: Realtime, control_hz: float, hold: Union[None, np.ndarray, Callable] = None,
                  gripper: Sequence[int] = ()):
         self.settings, self.control_hz = settings, control_hz
         self.hold, self.gripper = hold, tuple(gripper)
@@ -169,7 +174,7 @@ class Strategy:
     def _hold(self) -> np.ndarray:
         if self.hold is None:
             raise NoHoldAction(f"--execution {self.name} waited for a chunk with no hold action declared")
-        action = self.hold.copy()
+        action = np.array(self.hold() if callable(self.hold) else self.hold, dtype=np.float32)
         if self.last is not None and self.gripper:  # the gripper stays where the last action put it
             action[list(self.gripper)] = self.last[list(self.gripper)]
         return action
@@ -260,9 +265,10 @@ def latency_steps(ms: float, control_hz: float) -> int:
     return math.ceil(ms * control_hz / 1000.0 - 1e-9)
 
 
-def strategy_for(settings: Realtime, platform, control, capabilities=None) -> Strategy:
-    """The strategy for one env worker; refuses at once what it cannot execute (with the
-    model's ``capabilities``, also ``rtc`` for a model that cannot condition on a prefix)."""
+def strategy_for(settings: Realtime, platform, control, capabilities=None, env=None) -> Strategy:
+    """The strategy for one env worker (``env``: where a hold action may come from); refuses
+    at once what it cannot execute (with the model's ``capabilities``, also ``rtc`` for a
+    model that cannot condition on a prefix)."""
     if settings.execution == "rtc" and capabilities is not None and not capabilities.action_prefix:
         raise NoActionPrefix(
             "--execution rtc needs a model that declares the action_prefix capability (it conditions its chunk on "
@@ -272,7 +278,7 @@ def strategy_for(settings: Realtime, platform, control, capabilities=None) -> St
     hz = control_rate(settings, control)
     hold = None
     if settings.execution != "pause":
-        hold = hold_action(platform, control)  # async waits for the first chunk with it
+        hold = hold_action(platform, control, env)  # async and rtc wait for the first chunk with it
     gripper = control.gripper.indices if control.gripper is not None else ()
     return STRATEGIES[settings.execution](settings, hz, hold, gripper)
 

@@ -394,12 +394,29 @@ def realtime_points(kwargs, *, sweep: bool) -> list:
     return [Realtime(e, ms, hz) for e in executions for ms in latencies]
 
 
-def check_realtime(realtime, platform: PlatformSpec, options) -> None:
-    """Refuses, before anything starts, a strategy the platform cannot execute."""
+def check_realtime(realtime, platform: PlatformSpec, options, env=None) -> None:
+    """Refuses, before anything starts, a strategy the platform (with ``env``, the env built
+    here) cannot execute. Without an env here (env processes, Ray) a missing hold action is
+    refused by each env worker before its first episode."""
     if realtime is not None:
-        from ..realtime import strategy_for
+        from ..realtime import control_rate, strategy_for
 
-        strategy_for(realtime, platform, platform.control_for(options))
+        control = platform.control_for(options)
+        control_rate(realtime, control)
+        if env is not None or realtime.execution == "pause":
+            strategy_for(realtime, platform, control, env=env)
+
+
+def checked_env(realtime, platform: PlatformSpec, options):
+    """The env a command runs in, built here, after its strategy was checked against it
+    (a hold action may come from the env)."""
+    env = platform.create(**options)
+    try:
+        check_realtime(realtime, platform, options, env)
+    except BaseException:
+        env.close()
+        raise
+    return env
 
 
 # ----------------------------------------------------------------------------- checks before work

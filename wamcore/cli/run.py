@@ -7,7 +7,7 @@ import json
 import click
 
 from .common import (DEVICE_STORY, PairedCommand, _episode_options, _open, _resolve, cache_option, check_realtime,
-                     check_writable_dir, check_writable_file, cli, deployment_options, realtime_options,
+                     checked_env, check_writable_dir, check_writable_file, cli, deployment_options, realtime_options,
                      realtime_points, with_cache)
 
 
@@ -31,7 +31,7 @@ def run(ctx, **kwargs):
     check_writable_dir(cache, "--cache")
     check_writable_dir(kwargs.get("am_log_dir"), "--am-log-dir")
     reg, platform, platform_opts, config, request, env = _resolve(
-        ctx, kwargs, preflight=lambda p, options: check_realtime(realtime, p, options) or p.create(**options)
+        ctx, kwargs, preflight=lambda p, options: check_realtime(realtime, p, options) or checked_env(realtime, p, options)
     )
     from ..execution import run_episode
     from ..realtime import strategy_for
@@ -44,7 +44,7 @@ def run(ctx, **kwargs):
 
             recorder = EpisodeRecorder(env, video)  # a missing video library is reported before the model loads
         model = with_cache(_open(reg, platform, platform_opts, config), cache)
-        execution = strategy_for(realtime, platform, env.control, model.info.capabilities) if realtime else None
+        execution = strategy_for(realtime, platform, env.control, model.info.capabilities, env) if realtime else None
     except BaseException:
         env.close()
         if model is not None:  # the strategy refused the model
