@@ -171,12 +171,18 @@ class Strategy:
         made = (pred.info.get("plan") or {}).get("predictions", 1)
         return pred, float(self.settings.latency_ms) * made
 
-    def _hold(self) -> np.ndarray:
+    def _hold(self, after: Optional[np.ndarray] = None) -> np.ndarray:
+        """The hold action after ``after``, the action executed just before (default: the
+        last one returned). An env's hold (absolute targets) keeps commanding that action's
+        target; a constant one keeps its gripper."""
         if self.hold is None:
             raise NoHoldAction(f"--execution {self.name} waited for a chunk with no hold action declared")
-        action = np.array(self.hold() if callable(self.hold) else self.hold, dtype=np.float32)
-        if self.last is not None and self.gripper:  # the gripper stays where the last action put it
-            action[list(self.gripper)] = self.last[list(self.gripper)]
+        last = self.last if after is None else after
+        if callable(self.hold):
+            return np.array(self.hold() if last is None else last, dtype=np.float32)
+        action = self.hold.copy()
+        if last is not None and self.gripper:  # the gripper stays where the last action put it
+            action[list(self.gripper)] = last[list(self.gripper)]
         return action
 
     def wait_actions(self, steps: int) -> list:
@@ -231,7 +237,7 @@ class Async(Strategy):
 
     def wait_actions(self, steps: int) -> list:
         ran, self.leftover = self.leftover[:steps], []
-        return ran + [self._hold() for _ in range(steps - len(ran))]
+        return ran + [self._hold(ran[-1] if ran else None) for _ in range(steps - len(ran))]
 
 
 class Rtc(Async):
@@ -243,7 +249,7 @@ class Rtc(Async):
         steps = self._expected_steps()
         if steps:
             run = self.leftover[:steps]
-            run += [self._hold() for _ in range(steps - len(run))]
+            run += [self._hold(run[-1] if run else None) for _ in range(steps - len(run))]
             # a delay longer than the model's chunk: the whole chunk is the prefix
             request = attrs.evolve(request, action_prefix=np.stack(run[:model.contract.chunk_size]).astype(np.float32))
         return super().chunk(model, request)

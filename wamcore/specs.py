@@ -171,7 +171,8 @@ class Env(Protocol):
     hands only to a model that declares the ``privileged_state`` capability.
     Optional: ``hold_action() -> ndarray``, the action that keeps the robot where it is now,
     for a control without a constant one (absolute targets): what ``--realtime --execution
-    hold``, ``async`` and ``rtc`` execute while a chunk is computed (``wamcore.realtime``).
+    hold``, ``async`` and ``rtc`` execute while the first chunk is computed (later, the last
+    action executed, its target kept; ``wamcore.realtime``).
     """
 
     observation_spec: ObservationSpec

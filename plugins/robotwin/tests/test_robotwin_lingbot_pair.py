@@ -155,8 +155,8 @@ def test_wam_run_chooses_the_ee_control_for_lingbot_va(tmp_path, robotwin_root, 
 
 def test_under_realtime_hold_the_lingbot_session_sees_the_world_after_each_wait(robotwin_root):
     """``--realtime --execution hold`` with a stateful model: while a chunk is computed
-    (200 ms at 10 Hz: 2 steps) RoboTwin holds the arm where it is (``hold_action``), then
-    the chunk runs; the session's next request, and so the keyframes it sends upstream, carry
+    (200 ms at 10 Hz: 2 steps) the arm holds (first where it is, ``hold_action``, then the
+    last target commanded), then the chunk runs; the session's next request, and so the keyframes it sends upstream, carry
     the observation of the world after the wait, as a robot's camera would."""
     from wamcore import LocalModel, ModelConfig, ModelService
     from wamcore.realtime import Realtime, strategy_for
@@ -183,7 +183,7 @@ def test_under_realtime_hold_the_lingbot_session_sees_the_world_after_each_wait(
     held, ran = sent.reshape(6, 6, 16)[:, :2], sent.reshape(6, 6, 16)[:, 2:]
     np.testing.assert_array_equal(ran.reshape(24, 16), expected_rows(standin.chunks, init_pose(observations[0]))[:24])
     np.testing.assert_allclose(held[0], np.stack([init_pose(observations[0])] * 2), atol=1e-6)  # the arm stays put
-    np.testing.assert_array_equal(held[1:, :, [7, 15]], np.repeat(ran[:-1, -1:, [7, 15]], 2, axis=1))  # grippers kept
+    np.testing.assert_array_equal(held[1:], np.repeat(ran[:-1, -1:], 2, axis=1))  # then it keeps the last target
     for frame, obs in zip(standin.keyframes[0], observations[1:5], strict=True):  # the world after each wait
         np.testing.assert_array_equal(frame["observation.images.cam_high"], obs.images["head"])
         np.testing.assert_array_equal(frame["observation.state"], obs.state["joint_targets"])
