@@ -10,7 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers_workers import worker_python  # noqa: E402
 from test_evaluation import records, wam  # noqa: E402
-from test_evaluation_ray import RAY, tag, wamcore_processes  # noqa: E402,F401  (tag: the fixture that clears Ray's processes)
+from test_evaluation_ray import RAY, tag, wamcore_processes  # noqa: E402,F401,F811  (tag: the fixture that clears Ray's processes)
 from test_realtime import CHUNK, pm, pointmass_env, without_timing  # noqa: E402
 
 

@@ -13,10 +13,9 @@ import attrs
 import numpy as np
 import pytest
 
-from wamcore import ActionError, CapabilityError, PredictRequest, Registry
+from wamcore import ActionError, CapabilityError, ModelConfig, ModelService, PredictRequest
 from wamcore.execution import run_episode
 from wamcore.realtime import NoActionPrefix, Realtime, strategy_for
-from wamcore.runtime import WorkerConfig, open_model
 
 from wam_pointmass import plugin
 from wam_pointmass.data import prefixed_chunk
@@ -24,35 +23,22 @@ from wam_pointmass.env import PointMassEnv
 from wam_pointmass.expert import expert_chunk
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_planning import Counted, RecordingEnv  # noqa: E402
+from test_planning import Counted, RecordingEnv, _open, registry  # noqa: E402,F401  (registry: a fixture)
 from test_realtime import CHUNK, pm  # noqa: E402
 
 RTC = {"weights": "reach-rtc"}
 
 
 @pytest.fixture(scope="module")
-def registry():
-    reg = Registry(entry_points=False)
-    reg.register(plugin, name="pointmass")
-    return reg
-
-
-def _open(registry, options=None, **worker):
-    config = WorkerConfig.from_options(platform="pointmass", am_backend="pointmass-wam", backend_options=options,
-                                       **worker)
-    return open_model(config, registry.platform("pointmass"), registry=registry)
-
-
-@pytest.fixture(scope="module")
 def rtc_wam(registry):
-    client = _open(registry, RTC)
+    client = _open(registry, "pointmass-wam", RTC)
     yield client
     client.close()
 
 
 @pytest.fixture(scope="module")
 def reach_wam(registry):
-    client = _open(registry)
+    client = _open(registry, "pointmass-wam")
     yield client
     client.close()
 
@@ -145,18 +131,19 @@ def test_a_prefix_is_validated_before_it_reaches_the_model(registry, prefix, pro
     """On the client (nothing sent: the spawned worker never sees it) and, for a request
     sent straight to a worker, on the service."""
     env = _moving_env(1)
-    worker = _open(registry, RTC, am_python=sys.executable)  # a real worker process
+    worker = _open(registry, "pointmass-wam", RTC, am_python=sys.executable)  # a real worker process
+    sent, send = [], worker._predict
+    worker._predict = lambda request: sent.append(request) or send(request)  # what crosses the wire
     try:
-        model = Counted(worker)
         with pytest.raises(ActionError, match=problem):
-            model.client.predict(PredictRequest(observation=env.observe(), action_prefix=prefix))
-        # the worker is alive and answers a valid request after the refusal
+            worker.predict(PredictRequest(observation=env.observe(), action_prefix=prefix))
+        assert sent == []
+        # a valid prefix is sent and honoured
         good = worker.predict(PredictRequest(observation=env.observe(), action_prefix=np.zeros((2, 2), np.float32)))
+        assert len(sent) == 1
         np.testing.assert_array_equal(good.actions[:2], np.zeros((2, 2), np.float32))
     finally:
         worker.close()
-    from wamcore import ModelConfig, ModelService
-
     service = ModelService(plugin.POINTMASS_WAM, ModelConfig(platform="pointmass", options=RTC),
                            platform=registry.platform("pointmass"))
     request = attrs.evolve(PredictRequest(observation=env.observe()), action_prefix=prefix)
