@@ -13,7 +13,7 @@ import attrs
 import numpy as np
 import pytest
 
-from wamcore import ActionError, CapabilityError, ModelConfig, ModelService, PredictRequest
+from wamcore import ActionError, CapabilityError, ModelConfig, ModelService, PredictRequest, PredictionError
 from wamcore.execution import run_episode
 from wamcore.realtime import NoActionPrefix, Realtime, strategy_for
 
@@ -148,4 +148,23 @@ def test_a_prefix_is_validated_before_it_reaches_the_model(registry, prefix, pro
                            platform=registry.platform("pointmass"))
     request = attrs.evolve(PredictRequest(observation=env.observe()), action_prefix=prefix)
     with pytest.raises(ActionError, match=problem):
+        service.predict(request)
+
+
+def test_a_chunk_that_does_not_start_with_the_prefix_is_refused(registry):
+    """The worker checks the answer: the real model made to ignore the prefix it was sent."""
+    from wam_pointmass.model import load
+
+    class IgnoresThePrefix:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def predict_native(self, native, request):
+            return self.inner.predict_native({**native, "prefix": None, "mask": None}, request)
+
+    config = ModelConfig(platform="pointmass", options=RTC)
+    service = ModelService(plugin.POINTMASS_WAM, config, native=IgnoresThePrefix(load(config)),
+                           platform=registry.platform("pointmass"))
+    request = PredictRequest(observation=_moving_env(2).observe(), action_prefix=np.array([[1.0, -1.0]], np.float32))
+    with pytest.raises(PredictionError, match="must start with the 1 actions of action_prefix"):
         service.predict(request)

@@ -286,11 +286,12 @@ def validate_candidates(candidates, control: ControlSpec, contract: AdapterContr
         raise ActionError(exc.problems, context=f"candidate_actions for {control.action_space}") from None
 
 
-def validate_prefix(request: PredictRequest, capabilities: Capabilities, control: ControlSpec,
+def validate_prefix(request: PredictRequest, capabilities: Capabilities, control: Optional[ControlSpec],
                     contract: AdapterContract, model: str) -> Optional[np.ndarray]:
     """An action prefix (``--execution rtc``) goes only to a model that declares
-    ``action_prefix``, and is checked like actions to execute (control, bounds), at most the
-    model's chunk long: float32 ``[d, D]``, or a typed error with nothing sent."""
+    ``action_prefix`` (refused first: ``control`` may be None then), and is checked like
+    actions to execute (control, bounds), at most the model's chunk long: float32
+    ``[d, D]``, or a typed error with nothing sent."""
     prefix = request.action_prefix
     if prefix is None:
         return None
@@ -301,7 +302,8 @@ def validate_prefix(request: PredictRequest, capabilities: Capabilities, control
         )
     if not isinstance(prefix, np.ndarray) or prefix.ndim != 2 or not 1 <= len(prefix) <= contract.chunk_size:
         raise ActionError([f"action_prefix must be a float array [d, {control.action_dim}] with 1 <= d <= "
-                           f"{contract.chunk_size} (the model's chunk), got {_describe(prefix)}"], context=control.action_space)
+                           f"{contract.chunk_size} (the model's chunk), got {_describe(prefix)}"],
+                          context=control.action_space)
     try:
         return validate_actions(prefix, attrs.evolve(control, chunk_min=1, chunk_max=None))
     except ActionError as exc:

@@ -408,8 +408,9 @@ def check_realtime(realtime, platform: PlatformSpec, options, env=None) -> None:
 
 
 def checked_env(realtime, platform: PlatformSpec, options):
-    """The env a command runs in, built here, after its strategy was checked against it
-    (a hold action may come from the env)."""
+    """The env a command runs in, built here (once the cheap checks passed), after its
+    strategy was checked against it (a hold action may come from the env)."""
+    check_realtime(realtime, platform, options)
     env = platform.create(**options)
     try:
         check_realtime(realtime, platform, options, env)

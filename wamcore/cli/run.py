@@ -6,8 +6,8 @@ import json
 
 import click
 
-from .common import (DEVICE_STORY, PairedCommand, _episode_options, _open, _resolve, cache_option, check_realtime,
-                     checked_env, check_writable_dir, check_writable_file, cli, deployment_options, realtime_options,
+from .common import (DEVICE_STORY, PairedCommand, _episode_options, _open, _resolve, cache_option, checked_env,
+                     check_writable_dir, check_writable_file, cli, deployment_options, realtime_options,
                      realtime_points, with_cache)
 
 
@@ -31,7 +31,7 @@ def run(ctx, **kwargs):
     check_writable_dir(cache, "--cache")
     check_writable_dir(kwargs.get("am_log_dir"), "--am-log-dir")
     reg, platform, platform_opts, config, request, env = _resolve(
-        ctx, kwargs, preflight=lambda p, options: check_realtime(realtime, p, options) or checked_env(realtime, p, options)
+        ctx, kwargs, preflight=lambda p, options: checked_env(realtime, p, options)
     )
     from ..execution import run_episode
     from ..realtime import strategy_for
