@@ -46,8 +46,6 @@ def choose_device(requested: Optional[str]) -> str:
     return requested
 
 
-
-
 def save_weights(net, path: Path, training: Optional[Dict[str, Any]] = None) -> None:
     """Write ``net`` as safetensors, with what is needed to rebuild it in the metadata."""
     from safetensors.torch import save_file
