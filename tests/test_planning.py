@@ -34,8 +34,8 @@ def registry():
     return reg
 
 
-def _open(registry, backend, options=None):
-    config = WorkerConfig.from_options(platform="pointmass", am_backend=backend, backend_options=options)
+def _open(registry, backend, options=None, **worker):
+    config = WorkerConfig.from_options(platform="pointmass", am_backend=backend, backend_options=options, **worker)
     return open_model(config, registry.platform("pointmass"), registry=registry)
 
 

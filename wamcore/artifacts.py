@@ -97,6 +97,7 @@ def request_key(identity_sha256: str, request: PredictRequest) -> str:
         "seed": request.seed,
         "candidate_actions": request.candidate_actions,
         "options": dict(request.options),
+        **({"action_prefix": request.action_prefix} if request.action_prefix is not None else {}),
     })
 
 
@@ -427,6 +428,7 @@ class CachedModel(ModelClient):
                 "seed": request.seed,
                 "options": dict(request.options),
                 "candidate_actions": request.candidate_actions is not None,
+                "action_prefix": None if request.action_prefix is None else len(request.action_prefix),
             },
             **({"episode": dict(self.episode)} if self.episode else {}),
         })

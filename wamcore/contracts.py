@@ -37,6 +37,7 @@ CAPABILITY_NAMES = (
     "world_features",
     "action_conditioned_futures",
     "privileged_state",
+    "action_prefix",
 )
 
 
@@ -326,7 +327,10 @@ class Capabilities:
     Declared, never inferred from outputs. ``privileged_state``: the model reads the
     simulator's ground truth (object poses, goals) through ``PredictRequest.privileged``,
     as a scripted reference policy does; its figures are not a model's (the flag is part of
-    the model identity, and no other model is ever sent that state)."""
+    the model identity, and no other model is ever sent that state). ``action_prefix``: the
+    model conditions on ``PredictRequest.action_prefix``, the actions that execute while it
+    computes (real-time chunking, ``--execution rtc``), and returns a chunk that starts
+    with them."""
 
     actions: bool = True
     future_observations: bool = False
@@ -334,6 +338,7 @@ class Capabilities:
     world_features: bool = False
     action_conditioned_futures: bool = False
     privileged_state: bool = False
+    action_prefix: bool = False
 
     def names(self) -> list:
         return [n for n in CAPABILITY_NAMES if getattr(self, n)]
@@ -348,6 +353,10 @@ class Capabilities:
         if unknown:
             raise ProtocolError(f"unknown capability flags {sorted(unknown)}")
         return cls(**{n: (n in d["flags"]) for n in CAPABILITY_NAMES})
+
+
+def _same_array(a: Optional[np.ndarray], b: Optional[np.ndarray]) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b, equal_nan=True))
 
 
 @attrs.frozen
@@ -452,7 +461,11 @@ class PredictRequest:
     """One prediction request. ``instruction`` overrides the observation's for this request
     only; ``candidate_actions`` asks an action-conditioned model what *that* chunk would do.
     ``privileged`` is the env's ground truth (``Env.privileged_state()``), present only for
-    a model that declares the ``privileged_state`` capability (refused for any other)."""
+    a model that declares the ``privileged_state`` capability (refused for any other).
+    ``action_prefix`` (``[d, D]``, native units) are the actions that will execute from this
+    observation on while the chunk is computed, ``d`` the control steps the delay is expected
+    to span; only for a model that declares ``action_prefix``, whose chunk then starts with
+    them."""
 
     #: the physical observation, native units (selected to the adapter contract's cameras and state)
     observation: Observation
@@ -465,6 +478,8 @@ class PredictRequest:
     #: the backend's per-request options (``Option(deployment=False)``)
     options: dict = attrs.field(factory=dict, converter=_frozen_dict)
     privileged: Optional[dict] = attrs.field(default=None, converter=_opt_dict)
+    #: ``[d, D]``: the actions executing during the delay (``--execution rtc``)
+    action_prefix: Optional[np.ndarray] = None
 
     @property
     def effective_instruction(self) -> str:
@@ -473,15 +488,12 @@ class PredictRequest:
     def __eq__(self, other):
         if not isinstance(other, PredictRequest):
             return NotImplemented
-        ca, cb = self.candidate_actions, other.candidate_actions
-        same_candidates = (ca is None and cb is None) or (
-            ca is not None and cb is not None and np.array_equal(ca, cb, equal_nan=True)
-        )
         return (
             self.observation == other.observation
             and self.instruction == other.instruction
             and self.seed == other.seed
-            and same_candidates
+            and _same_array(self.candidate_actions, other.candidate_actions)
+            and _same_array(self.action_prefix, other.action_prefix)
             and self.options == other.options
             and _nested_equal(self.privileged, other.privileged)
         )
@@ -495,6 +507,7 @@ class PredictRequest:
             candidate_actions=self.candidate_actions,
             options=dict(self.options),
             privileged=self.privileged,
+            action_prefix=self.action_prefix,
         )
 
     @classmethod
@@ -507,6 +520,7 @@ class PredictRequest:
             candidate_actions=d["candidate_actions"],
             options=d["options"],
             privileged=d.get("privileged"),
+            action_prefix=d.get("action_prefix"),
         )
 
 

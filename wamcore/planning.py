@@ -118,6 +118,9 @@ class Plan:
     step: int
     #: what is executed: the chosen candidate's prediction
     prediction: Prediction
+    #: the model predictions the decision took, one after another (a real-time run's
+    #: injected latency is per prediction: ``wamcore.realtime``)
+    predictions_made: int = 1
 
     @property
     def actions(self) -> np.ndarray:
@@ -126,7 +129,7 @@ class Plan:
     def to_json(self) -> dict:
         """What a record keeps of a decision: every score, which one was chosen, the seeds."""
         return {"step": self.step, "chosen": self.chosen, "scores": [round(s, 6) for s in self.scores],
-                "seeds": list(self.seeds)}
+                "seeds": list(self.seeds), "predictions": self.predictions_made}
 
 
 class BestOfN:
@@ -154,6 +157,10 @@ class BestOfN:
     @property
     def info(self):
         return self.model.info
+
+    @property
+    def contract(self):
+        return self.model.contract
 
     def plan(self, request: PredictRequest, candidates: Optional[Sequence[Any]] = None) -> Plan:
         """Score ``candidates`` (chunks), or ``n`` chunks sampled with derived seeds, and
@@ -185,7 +192,8 @@ class BestOfN:
             prediction = own[chosen]
         else:  # what was scored, with the validated chunk itself as the actions
             prediction = scored[chosen].replace(actions=chunks[chosen])
-        return Plan(tuple(chunks), tuple(scored), tuple(scores), tuple(seeds), chosen, step, prediction)
+        made = (len(own) if own is not None else 0) + (len(chunks) if self.scorer.conditioned else 0)
+        return Plan(tuple(chunks), tuple(scored), tuple(scores), tuple(seeds), chosen, step, prediction, made)
 
     def predict(self, request: PredictRequest) -> Prediction:
         plan = self.plan(request)

@@ -15,26 +15,29 @@ chunk is computed, then the part of the chunk it executes.
   (the request leaves the last ``d`` actions of a chunk to run meanwhile, ``d`` the
   latency's steps); the new chunk starts at offset ``d``, skipping the actions whose time
   has passed. The first chunk of an episode, and any gap where the current chunk ran out,
-  is waited for with the hold action.
+  is waited for with the hold action;
+* ``rtc`` (real-time chunking): ``async``, with every request carrying the actions that
+  will execute while it is computed (``PredictRequest.action_prefix``: the rest of the
+  current chunk, the hold action where it runs out), for a model that declares the
+  ``action_prefix`` capability: its chunk starts with them and plans the rest from where
+  they leave the robot, so the actions run after the skip continue what ran meanwhile.
 
 Latency is injected (``latency_ms``, deterministic) or measured (the wall time of the
 prediction, the model worker and transport included). ``d = ceil(ms * control_hz / 1000)``.
-An ``rtc`` strategy (requests that carry the actions executing during the delay) would be
-a fourth unit here, gated on a model capability; it is not built yet (docs/evaluation.md).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from typing import Any, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
 
 import attrs
 import numpy as np
 
-from .errors import ConfigurationError
+from .errors import CapabilityError, ConfigurationError
 
-EXECUTIONS = ("pause", "hold", "async")
+EXECUTIONS = ("pause", "hold", "async", "rtc")
 MEASURED = "measured"
 #: the platform's intervention that is its hold action (for its default control)
 HOLD_INTERVENTION = "no-op"
@@ -42,6 +45,10 @@ HOLD_INTERVENTION = "no-op"
 
 class NoHoldAction(ConfigurationError):
     """The platform declares no hold action for the control the episode executes."""
+
+
+class NoActionPrefix(CapabilityError):
+    """``--execution rtc`` with a model that does not declare the ``action_prefix`` capability."""
 
 
 class NoControlRate(ConfigurationError):
@@ -116,17 +123,22 @@ def control_rate(settings: Realtime, control) -> float:
     return float(hz)
 
 
-def hold_action(platform, control) -> np.ndarray:
+def hold_action(platform, control, env=None):
     """The action that holds the robot still for ``control``: the platform's ``no-op``
-    intervention, declared for its default control (a delta or velocity command of zero)."""
+    intervention, declared for its default control (a delta or velocity command of zero);
+    else the env's ``hold_action()``, a method giving it from the current state (absolute
+    targets: where the robot is now)."""
     if control.action_space == platform.control.action_space:
         for intervention in platform.interventions:
             if intervention.name == HOLD_INTERVENTION:
                 return np.array(intervention.actions[0], dtype=np.float32)
+    if callable(getattr(env, "hold_action", None)):
+        return env.hold_action
     raise NoHoldAction(
-        f"platform {platform.name!r} declares no hold action for {control.action_space!r}: --execution hold and "
-        f"async need one (a '{HOLD_INTERVENTION}' intervention of its default control, e.g. zero velocity with the "
-        "gripper kept); use --execution pause, or declare it in the platform plugin"
+        f"platform {platform.name!r} declares no hold action for {control.action_space!r}: --execution hold, "
+        f"async and rtc need one (a '{HOLD_INTERVENTION}' intervention of its default control, e.g. zero velocity "
+        "with the gripper kept, or an Env.hold_action() method); use --execution pause, or declare it in the "
+        "platform plugin"
     )
 
 
@@ -137,7 +149,7 @@ class Strategy:
     name = "pause"
     skips = False  # async: the new chunk starts at the latency's offset
 
-    def __init__(self, settings: Realtime, control_hz: float, hold: Optional[np.ndarray] = None,
+    def __init__(self, settings: Realtime, control_hz: float, hold: Union[None, np.ndarray, Callable] = None,
                  gripper: Sequence[int] = ()):
         self.settings, self.control_hz = settings, control_hz
         self.hold, self.gripper = hold, tuple(gripper)
@@ -149,18 +161,28 @@ class Strategy:
         self.last: Optional[np.ndarray] = None
 
     def _latency(self, model, request):
+        """(prediction, ms). Injected latency is per model prediction: a planner's answer
+        (``--best-of``) costs it once for every prediction its decision took."""
         if self.settings.latency_ms == MEASURED:
             t0 = time.perf_counter()
             pred = model.predict(request)
             return pred, (time.perf_counter() - t0) * 1000.0
-        return model.predict(request), float(self.settings.latency_ms)
+        pred = model.predict(request)
+        made = (pred.info.get("plan") or {}).get("predictions", 1)
+        return pred, float(self.settings.latency_ms) * made
 
-    def _hold(self) -> np.ndarray:
+    def _hold(self, after: Optional[np.ndarray] = None) -> np.ndarray:
+        """The hold action after ``after``, the action executed just before (default: the
+        last one returned). An env's hold (absolute targets) keeps commanding that action's
+        target; a constant one keeps its gripper."""
         if self.hold is None:
             raise NoHoldAction(f"--execution {self.name} waited for a chunk with no hold action declared")
+        last = self.last if after is None else after
+        if callable(self.hold):
+            return np.array(self.hold() if last is None else last, dtype=np.float32)
         action = self.hold.copy()
-        if self.last is not None and self.gripper:  # the gripper stays where the last action put it
-            action[list(self.gripper)] = self.last[list(self.gripper)]
+        if last is not None and self.gripper:  # the gripper stays where the last action put it
+            action[list(self.gripper)] = last[list(self.gripper)]
         return action
 
     def wait_actions(self, steps: int) -> list:
@@ -170,7 +192,7 @@ class Strategy:
     def chunk(self, model, request):
         """(prediction, the actions to execute before the next request)."""
         pred, ms = self._latency(model, request)
-        steps = math.ceil(ms * self.control_hz / 1000.0 - 1e-9)
+        steps = latency_steps(ms, self.control_hz)
         wait = self.wait_actions(steps)
         skip = min(steps, len(pred.actions)) if self.skips else 0
         new = list(pred.actions[skip:])
@@ -215,18 +237,54 @@ class Async(Strategy):
 
     def wait_actions(self, steps: int) -> list:
         ran, self.leftover = self.leftover[:steps], []
-        return ran + [self._hold() for _ in range(steps - len(ran))]
+        return ran + [self._hold(ran[-1] if ran else None) for _ in range(steps - len(ran))]
 
 
-STRATEGIES = {"pause": Pause, "hold": Hold, "async": Async}
+class Rtc(Async):
+    """async whose requests carry the actions that run while the chunk is computed."""
+
+    name = "rtc"
+
+    def chunk(self, model, request):
+        steps = self._expected_steps()
+        if steps:
+            run = self.leftover[:steps]
+            run += [self._hold(run[-1] if run else None) for _ in range(steps - len(run))]
+            # a delay longer than the model's chunk: the whole chunk is the prefix
+            request = attrs.evolve(request, action_prefix=np.stack(run[:model.contract.chunk_size]).astype(np.float32))
+        return super().chunk(model, request)
+
+    def _expected_steps(self) -> int:
+        """The steps this request's delay is expected to span: the last chunk's (a measured
+        latency, or a planner's several predictions, vary); before the first, the injected
+        latency's (measured: 0, nothing is known yet)."""
+        if self.chunks:
+            return self.chunks[-1]["latency_steps"]
+        return 0 if self.settings.latency_ms == MEASURED else latency_steps(float(self.settings.latency_ms), self.control_hz)
 
 
-def strategy_for(settings: Realtime, platform, control) -> Strategy:
-    """The strategy for one env worker; refuses at once what it cannot execute."""
+STRATEGIES = {"pause": Pause, "hold": Hold, "async": Async, "rtc": Rtc}
+
+
+def latency_steps(ms: float, control_hz: float) -> int:
+    """The control steps a latency of ``ms`` spans (``ceil``)."""
+    return math.ceil(ms * control_hz / 1000.0 - 1e-9)
+
+
+def strategy_for(settings: Realtime, platform, control, capabilities=None, env=None) -> Strategy:
+    """The strategy for one env worker (``env``: where a hold action may come from); refuses
+    at once what it cannot execute (with the model's ``capabilities``, also ``rtc`` for a
+    model that cannot condition on a prefix)."""
+    if settings.execution == "rtc" and capabilities is not None and not capabilities.action_prefix:
+        raise NoActionPrefix(
+            "--execution rtc needs a model that declares the action_prefix capability (it conditions its chunk on "
+            "the actions executing while it computes); this one does not: use --execution async or hold, or a model "
+            "that declares it (docs/evaluation.md, 'rtc')"
+        )
     hz = control_rate(settings, control)
     hold = None
     if settings.execution != "pause":
-        hold = hold_action(platform, control)  # async waits for the first chunk with it
+        hold = hold_action(platform, control, env)  # async and rtc wait for the first chunk with it
     gripper = control.gripper.indices if control.gripper is not None else ()
     return STRATEGIES[settings.execution](settings, hz, hold, gripper)
 
@@ -244,7 +302,9 @@ __all__ = [
     "Pause",
     "Hold",
     "Async",
+    "Rtc",
     "NoHoldAction",
+    "NoActionPrefix",
     "NoControlRate",
     "strategy_for",
     "hold_action",

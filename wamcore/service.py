@@ -24,8 +24,8 @@ from .errors import CapabilityError, ConfigurationError, IncompatiblePairError, 
 from .hub import resolve_config
 from .pairing import check_model_info
 from .specs import ModelConfig, ModelSpec, PlatformSpec, resolve_callable
-from .validation import (check_privileged, request_options, validate_actions, validate_candidates, validate_prediction,
-                         validate_request)
+from .validation import (check_prefix_kept, check_privileged, request_options, validate_actions, validate_candidates,
+                         validate_prediction, validate_prefix, validate_request)
 
 DEFAULT_SESSION = "default"
 
@@ -85,7 +85,7 @@ class ModelService:
         self.adapter = adapter
         self.contract: AdapterContract = adapter.contract
         self._platform = platform
-        self._control: Optional[ControlSpec] = None  # of candidate actions, found on first use
+        self._control: Optional[ControlSpec] = None  # of candidate actions and prefixes, found on first use
         self.native = native if native is not None else resolve_callable(self.spec.load)(config)
         self._sessions = bool(getattr(self.native, "uses_sessions", False))
         self._max_batch = _declared_batch(self.native)
@@ -171,6 +171,10 @@ class ModelService:
         validate_request(request, self.contract, self._request_options)
         if request.candidate_actions is not None:
             request = attrs.evolve(request, candidate_actions=self._check_candidates(request.candidate_actions))
+        if request.action_prefix is not None:  # the capability first: no control is needed to refuse it
+            control = self._action_control() if self.info.capabilities.action_prefix else None
+            request = attrs.evolve(request, action_prefix=validate_prefix(
+                request, self.info.capabilities, control, self.contract, self.spec.name))
         t1 = time.perf_counter()
         native_in = self.adapter.encode(request)
         return native_in, {"validate_ms": _ms(t0, t1), "encode_ms": _ms(t1, time.perf_counter())}
@@ -179,6 +183,7 @@ class ModelService:
         t0 = time.perf_counter()
         pred = self.adapter.decode(native_out, request)
         validate_prediction(pred, self.info.capabilities, self.contract)
+        check_prefix_kept(pred, request)
         timing = {**pred.timing, **timing, "decode_ms": _ms(t0, time.perf_counter())}
         return pred.replace(timing=timing)
 
@@ -188,9 +193,9 @@ class ModelService:
                 f"model {self.spec.name!r} does not declare action_conditioned_futures; "
                 "it cannot predict the outcome of candidate actions"
             )
-        return validate_candidates(candidates, self._candidate_control(), self.contract)
+        return validate_candidates(candidates, self._action_control(), self.contract)
 
-    def _candidate_control(self) -> ControlSpec:
+    def _action_control(self) -> ControlSpec:
         if self._control is None:
             platform = self._platform
             if platform is None:
@@ -204,8 +209,8 @@ class ModelService:
             self._control = next((c for c in controls if c.action_space == self.contract.action_space), None)
             if self._control is None:
                 raise CapabilityError(
-                    f"candidate actions cannot be checked against the bounds of control {self.contract.action_space!r} "
-                    f"here: platform {self.config.platform!r} is not installed where the model runs; install its plugin there"
+                    f"actions sent to the model (candidates, an action prefix) cannot be checked against the bounds "
+                    f"of control {self.contract.action_space!r} here: platform {self.config.platform!r} is not installed where the model runs; install its plugin there"
                 )
         return self._control
 
@@ -252,6 +257,9 @@ class ModelClient:
         changes: dict = {"observation": obs}
         if request.candidate_actions is not None:
             changes["candidate_actions"] = validate_candidates(request.candidate_actions, self.control, self.contract)
+        if request.action_prefix is not None:
+            changes["action_prefix"] = validate_prefix(request, self.info.capabilities, self.control, self.contract,
+                                                       self.info.backend)
         request = attrs.evolve(request, **changes)
         pred = self._predict(request)
         actions = validate_actions(pred.actions, self.control, chunk_size=self.contract.chunk_size)

@@ -170,6 +170,10 @@ class Env(Protocol):
     Optional: ``privileged_state() -> dict``, the simulator's ground truth (object poses,
     the task's goal; plain values and arrays, documented by the platform), which ``wam_act``
     hands only to a model that declares the ``privileged_state`` capability.
+    Optional: ``hold_action() -> ndarray``, the action that keeps the robot where it is now,
+    for a control without a constant one (absolute targets): what ``--realtime --execution
+    hold``, ``async`` and ``rtc`` execute while the first chunk is computed (later, the last
+    action executed, its target kept; ``wamcore.realtime``).
     """
 
     observation_spec: ObservationSpec

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+import attrs
 import numpy as np
 
 from .contracts import AdapterContract, Capabilities, ControlSpec, Observation, ObservationSpec, PredictRequest, Prediction
@@ -285,6 +286,42 @@ def validate_candidates(candidates, control: ControlSpec, contract: AdapterContr
         raise ActionError(exc.problems, context=f"candidate_actions for {control.action_space}") from None
 
 
+def validate_prefix(request: PredictRequest, capabilities: Capabilities, control: Optional[ControlSpec],
+                    contract: AdapterContract, model: str) -> Optional[np.ndarray]:
+    """An action prefix (``--execution rtc``) goes only to a model that declares
+    ``action_prefix`` (refused first: ``control`` may be None then), and is checked like
+    actions to execute (control, bounds), at most the model's chunk long: float32
+    ``[d, D]``, or a typed error with nothing sent."""
+    prefix = request.action_prefix
+    if prefix is None:
+        return None
+    if not capabilities.action_prefix:
+        raise CapabilityError(
+            f"model {model!r} does not declare the action_prefix capability: it cannot condition on the actions "
+            "executing while it computes (--execution rtc); use --execution async or hold, or a model that declares it"
+        )
+    if not isinstance(prefix, np.ndarray) or prefix.ndim != 2 or not 1 <= len(prefix) <= contract.chunk_size:
+        raise ActionError([f"action_prefix must be a float array [d, {control.action_dim}] with 1 <= d <= "
+                           f"{contract.chunk_size} (the model's chunk), got {_describe(prefix)}"],
+                          context=control.action_space)
+    try:
+        return validate_actions(prefix, attrs.evolve(control, chunk_min=1, chunk_max=None))
+    except ActionError as exc:
+        raise ActionError(exc.problems, context=f"action_prefix for {control.action_space}") from None
+
+
+def check_prefix_kept(pred: Prediction, request: PredictRequest) -> None:
+    """A model given an action prefix returns a chunk that starts with it (those actions
+    are already executing)."""
+    prefix = request.action_prefix
+    if prefix is None:
+        return
+    head = pred.actions[: len(prefix)]
+    if head.shape != prefix.shape or not np.allclose(head, prefix, atol=1e-4):
+        raise PredictionError([f"the chunk must start with the {len(prefix)} actions of action_prefix (they execute "
+                               f"while it is computed), its first actions are {np.round(head, 4).tolist()}"])
+
+
 def validate_prediction(pred: Prediction, capabilities: Capabilities, contract: AdapterContract) -> None:
     """Server-side: a prediction carries only the extras its model declares, well formed."""
     problems: List[str] = []
@@ -321,5 +358,7 @@ __all__ = [
     "check_observation_spec",
     "validate_actions",
     "validate_candidates",
+    "validate_prefix",
+    "check_prefix_kept",
     "validate_prediction",
 ]

@@ -399,9 +399,10 @@ def realtime_options() -> List[click.Option]:
         click.Option(["--realtime"], is_flag=True,
                      help="Simulated time advances while the model computes a chunk; records carry the strategy, "
                           "the latency per chunk and the actions skipped."),
-        click.Option(["--execution"], default="pause", show_default=True, metavar="pause|hold|async[,...]",
+        click.Option(["--execution"], default="pause", show_default=True, metavar="pause|hold|async|rtc[,...]",
                      help="With --realtime: what the world does while a chunk is computed: waits (pause), runs the "
-                          "platform's hold action (hold), runs the rest of the current chunk (async). "
+                          "platform's hold action (hold), runs the rest of the current chunk (async), or that with "
+                          "the request carrying those actions for a model declaring action_prefix (rtc). "
                           "wam eval: a comma-separated list sweeps them."),
         click.Option(["--latency-ms"], default="0", show_default=True, metavar="MS[,MS...]|measured",
                      help="With --realtime: the latency of every chunk, injected (deterministic), or the model's "
@@ -428,12 +429,30 @@ def realtime_points(kwargs, *, sweep: bool) -> list:
     return [Realtime(e, ms, hz) for e in executions for ms in latencies]
 
 
-def check_realtime(realtime, platform: PlatformSpec, options) -> None:
-    """Refuses, before anything starts, a strategy the platform cannot execute."""
+def check_realtime(realtime, platform: PlatformSpec, options, env=None) -> None:
+    """Refuses, before anything starts, a strategy the platform (with ``env``, the env built
+    here) cannot execute. Without an env here (env processes, Ray) a missing hold action is
+    refused by each env worker before its first episode."""
     if realtime is not None:
-        from ..realtime import strategy_for
+        from ..realtime import control_rate, strategy_for
 
-        strategy_for(realtime, platform, platform.control_for(options))
+        control = platform.control_for(options)
+        control_rate(realtime, control)
+        if env is not None or realtime.execution == "pause":
+            strategy_for(realtime, platform, control, env=env)
+
+
+def checked_env(realtime, platform: PlatformSpec, options):
+    """The env a command runs in, built here (once the cheap checks passed), after its
+    strategy was checked against it (a hold action may come from the env)."""
+    check_realtime(realtime, platform, options)
+    env = platform.create(**options)
+    try:
+        check_realtime(realtime, platform, options, env)
+    except BaseException:
+        env.close()
+        raise
+    return env
 
 
 # ----------------------------------------------------------------------------- checks before work

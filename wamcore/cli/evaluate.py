@@ -18,7 +18,8 @@ from .. import __version__
 from ..errors import ConfigurationError, WamError
 from ..specs import PlatformSpec
 from .common import (DEVICE_STORY, PairedCommand, _episode_options, _resolve, cache_option, check_realtime,
-                     check_writable_dir, cli, command_args, deployment_options, realtime_options, realtime_points)
+                     checked_env, check_writable_dir, cli, command_args, deployment_options, realtime_options,
+                     realtime_points)
 from .protocols import protocol_option, resolve_protocol
 
 #: where ``--from RUN_DIR`` finds the arguments of the run it repeats
@@ -154,7 +155,7 @@ def eval_(ctx, **kwargs):
             if not skip_memory:
                 check_num_envs(p, num_envs)
             return None  # each env process builds its own env (a missing simulator is reported first there)
-        return p.create(**episodes[0].env_options) if episodes else None
+        return checked_env(realtime, p, episodes[0].env_options) if episodes else None
 
     reg, platform, platform_opts, config, request, first_env = _resolve(ctx, kwargs, preflight=preflight)
     backend = config.backend or "endpoint"

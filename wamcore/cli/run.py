@@ -6,7 +6,7 @@ import json
 
 import click
 
-from .common import (DEVICE_STORY, PairedCommand, _episode_options, _open, _resolve, cache_option, check_realtime,
+from .common import (DEVICE_STORY, PairedCommand, _episode_options, _open, _resolve, cache_option, checked_env,
                      check_writable_dir, check_writable_file, cli, deployment_options, realtime_options,
                      realtime_points, with_cache)
 
@@ -31,21 +31,24 @@ def run(ctx, **kwargs):
     check_writable_dir(cache, "--cache")
     check_writable_dir(kwargs.get("am_log_dir"), "--am-log-dir")
     reg, platform, platform_opts, config, request, env = _resolve(
-        ctx, kwargs, preflight=lambda p, options: check_realtime(realtime, p, options) or p.create(**options)
+        ctx, kwargs, preflight=lambda p, options: checked_env(realtime, p, options)
     )
     from ..execution import run_episode
     from ..realtime import strategy_for
 
+    model = None
     try:
         recorder = None
         if video:
             from ..video import EpisodeRecorder
 
             recorder = EpisodeRecorder(env, video)  # a missing video library is reported before the model loads
-        execution = strategy_for(realtime, platform, env.control) if realtime is not None else None
         model = with_cache(_open(reg, platform, platform_opts, config), cache)
+        execution = strategy_for(realtime, platform, env.control, model.info.capabilities, env) if realtime else None
     except BaseException:
         env.close()
+        if model is not None:  # the strategy refused the model
+            model.close()
         raise
     try:
         try:

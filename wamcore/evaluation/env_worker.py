@@ -148,7 +148,8 @@ class EnvWorker:
             if self.settings.realtime is not None:
                 from ..realtime import Realtime, strategy_for
 
-                execution = strategy_for(Realtime.from_json(self.settings.realtime), self.platform, env.control)
+                execution = strategy_for(Realtime.from_json(self.settings.realtime), self.platform, env.control,
+                                         self.model.info.capabilities, env)
             result = run_episode(
                 model, env, key=episode.key, reset=episode.reset, instruction=self.settings.instruction,
                 max_chunks=self.settings.max_chunks, seed=episode.reset.get("seed"),

@@ -271,7 +271,7 @@ class SharedSegments:
 
 def _replace_in_request(args: dict, resolve: Callable[[Reference], np.ndarray]) -> int:
     """Replace References where a predict request's large arrays are (images, state,
-    candidate actions): the common case, without walking the whole request."""
+    candidate actions, action prefix): the common case, without walking the whole request."""
     count = 0
     request = args.get("request")
     if type(request) is not dict:
@@ -283,9 +283,10 @@ def _replace_in_request(args: dict, resolve: Callable[[Reference], np.ndarray]) 
                 if type(value) is Reference:
                     table[key] = resolve(value)
                     count += 1
-    if type(request.get("candidate_actions")) is Reference:
-        request["candidate_actions"] = resolve(request["candidate_actions"])
-        count += 1
+    for key in ("candidate_actions", "action_prefix"):
+        if type(request.get(key)) is Reference:
+            request[key] = resolve(request[key])
+            count += 1
     return count
 
 

@@ -132,13 +132,21 @@ def test_a_closed_session_frees_the_server(deployment, platform):
     assert [entry[0] for entry in standin.log] == ["reset", "infer", "reset", "infer"]
 
 
-def test_an_observation_that_is_not_the_next_keyframe_is_refused(deployment, platform):
+def test_an_observation_before_the_next_keyframe_is_refused_a_later_one_taken(deployment, platform):
+    """Before: the last 4 actions did not all run (async skips some). Later: the arm held
+    still meanwhile (``--realtime --execution hold``), the keyframe is the world then."""
     standin, native = deployment
     model = client(native, platform)
     run(model, 2)
-    with pytest.raises(ObservationError, match="at step 12, the server expects the keyframe of step 8"):
-        model.predict(PredictRequest(observation=observation(12, 9)))
+    with pytest.raises(ObservationError, match="at step 6, the server expects the keyframe of step 8 or later"):
+        model.predict(PredictRequest(observation=observation(6, 9)))
     assert len(standin.log) == 2
+    later = observation(12, 9)
+    model.predict(PredictRequest(observation=later))
+    model.predict(PredictRequest(observation=observation(18, 10)))
+    run(model, 1, first_step=22)  # the first chunk's 16 actions handed out: its keyframes go upstream
+    assert standin.log[2] == ("compute_kv_cache", 4, 2)
+    np.testing.assert_array_equal(standin.keyframes[0][1]["observation.images.cam_high"], later.images["head"])
 
 
 def test_a_new_instruction_starts_a_new_server_episode(deployment, platform):

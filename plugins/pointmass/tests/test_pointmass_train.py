@@ -106,3 +106,36 @@ def test_the_pit_family_script_trains_a_route_model_that_samples_and_values(tmp_
     assert "step 10/10" in capsys.readouterr().out
     model = load(ModelConfig(platform="pointmass", checkpoint=str(tmp_path)))
     assert model.details["trained"]["family"] == "pit" and model.net.latent == 1 and model.net.trajectory
+
+
+def test_the_reach_rtc_script_trains_a_model_that_declares_and_honours_a_prefix(tmp_path, capsys):
+    """``--family reach-rtc``: prefixed demonstrations (the rest of the data unchanged), a
+    prefix loss that falls, and weights whose header makes the model declare action_prefix."""
+    from wamcore import ModelService, Registry
+    from wam_pointmass import plugin
+    from wam_pointmass.data import prefixed_chunk
+
+    plain, prefixed = collect(3, seed=5), collect(3, seed=5, prefixes=True)
+    np.testing.assert_array_equal(plain.expert, prefixed.expert)
+    np.testing.assert_array_equal(plain.chunks, prefixed.chunks)
+    assert plain.prefixed is None and set(np.unique(prefixed.prefix_steps)) <= set(range(8))
+    zero = prefixed.prefix_steps == 0
+    np.testing.assert_array_equal(prefixed.prefixed[zero], prefixed.expert[zero])  # no prefix: the expert's plan
+    env = PointMassEnv()
+    env.reset(seed=1_000_000 * 6)  # the first state of the first episode
+    d = int(prefixed.prefix_steps[0])
+    np.testing.assert_array_equal(prefixed.prefixed[0], prefixed_chunk(env, prefixed.prefixed[0][:d], 8))
+
+    assert main(["--family", "reach-rtc", "--out", str(tmp_path), "--episodes", "4", "--steps", "20",
+                 "--batch-size", "16", "--render-batch", "2", "--eval-episodes", "0"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if " step " in line]
+    assert float(dict(_pairs(lines[-1]))["prefix"]) < float(dict(_pairs(lines[0]))["prefix"])
+    registry = Registry(entry_points=False)
+    registry.register(plugin, name="pointmass")
+    service = ModelService(plugin.POINTMASS_WAM, ModelConfig(platform="pointmass", checkpoint=str(tmp_path)),
+                           platform=registry.platform("pointmass"))
+    assert service.info.capabilities.action_prefix
+    obs = PointMassEnv().reset(seed=0)
+    prefix = np.array([[0.3, -0.2], [0.1, 0.9]], np.float32)
+    chunk = service.predict(PredictRequest(observation=obs, action_prefix=prefix)).actions
+    np.testing.assert_array_equal(chunk[:2], prefix)

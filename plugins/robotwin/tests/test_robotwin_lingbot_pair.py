@@ -151,3 +151,39 @@ def test_wam_run_chooses_the_ee_control_for_lingbot_va(tmp_path, robotwin_root, 
     wrong = subprocess.run(cmd[:-5] + ["--control", "robotwin.joint_action.qpos14.v1", "--max-chunks", "1"], cwd=tmp_path,
                            env=env, capture_output=True, text=True, timeout=300)
     assert wrong.returncode == 2 and "choose it with --control robotwin.endpose.ee16.v1" in wrong.stderr
+
+
+def test_under_realtime_hold_the_lingbot_session_sees_the_world_after_each_wait(robotwin_root):
+    """``--realtime --execution hold`` with a stateful model: while a chunk is computed
+    (200 ms at 10 Hz: 2 steps) the arm holds (first where it is, ``hold_action``, then the
+    last target commanded), then the chunk runs; the session's next request, and so the keyframes it sends upstream, carry
+    the observation of the world after the wait, as a robot's camera would."""
+    from wamcore import LocalModel, ModelConfig, ModelService
+    from wamcore.realtime import Realtime, strategy_for
+
+    reg = registry()
+    platform = reg.platform("robotwin")
+    standin = StandInServer(seed=5)
+    service = ModelService(lingbot.MODEL, ModelConfig(platform="robotwin"), native=LingbotModel(standin))
+    model = LocalModel(service, session="realtime").bind(platform, options={"control": EE_ACTION_SPACE})
+    env = platform.create(robotwin_root=str(robotwin_root), step_limit=60, control=EE_ACTION_SPACE)
+    execution = strategy_for(Realtime("hold", 200, control_hz=10), platform, env.control, model.info.capabilities, env)
+    observations = []
+    try:
+        env.reset(seed=0)
+        for _ in range(6):  # the first server chunk (16 actions: 4 requests) and half of the second
+            observations.append(env.observe())
+            wam_act(model, env, execution=execution)
+        sent = np.array([c[1]["action"] for c in env.task.calls if c[0] == "take_action"])
+    finally:
+        env.close()
+    assert [obs.step for obs in observations] == [6 * k for k in range(6)]  # 2 held steps + 4 actions per request
+    assert [(c["step"], c["waited"], c["latency_steps"]) for c in execution.chunks] == [(6 * k, 2, 2) for k in range(6)]
+    assert standin.log == [("reset", observations[0].instruction), ("infer", 0), ("compute_kv_cache", 4, 2), ("infer", 2)]
+    held, ran = sent.reshape(6, 6, 16)[:, :2], sent.reshape(6, 6, 16)[:, 2:]
+    np.testing.assert_array_equal(ran.reshape(24, 16), expected_rows(standin.chunks, init_pose(observations[0]))[:24])
+    np.testing.assert_allclose(held[0], np.stack([init_pose(observations[0])] * 2), atol=1e-6)  # the arm stays put
+    np.testing.assert_array_equal(held[1:], np.repeat(ran[:-1, -1:], 2, axis=1))  # then it keeps the last target
+    for frame, obs in zip(standin.keyframes[0], observations[1:5], strict=True):  # the world after each wait
+        np.testing.assert_array_equal(frame["observation.images.cam_high"], obs.images["head"])
+        np.testing.assert_array_equal(frame["observation.state"], obs.state["joint_targets"])

@@ -128,11 +128,14 @@ class LingbotModel:
         if episode is None or episode.prompt != native["prompt"]:
             episode = self._start(session, native, request)
         else:
-            if native["step"] != episode.next_step:
+            # later is fine: the arm held still while the chunk was computed (``--realtime
+            # --execution hold``); the keyframe is the world as the robot's camera sees it then
+            if native["step"] < episode.next_step:
                 raise ObservationError([
                     f"this observation is at step {native['step']}, the server expects the keyframe of step "
-                    f"{episode.next_step}: the last {KEYFRAME_INTERVAL} actions were not all executed, or the env "
-                    "was reset without resetting the model"
+                    f"{episode.next_step} or later: the last {KEYFRAME_INTERVAL} actions were not all executed (as "
+                    "under --execution async or rtc, which LingBot-VA's keyframes do not follow), or the env was "
+                    "reset without resetting the model"
                 ], context=CONTEXT)
             episode.keyframes.append(native["frame"])
         try:

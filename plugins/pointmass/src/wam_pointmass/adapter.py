@@ -8,13 +8,16 @@ Native input (what ``encode`` returns, numpy only, so it can be checked without 
     candidate float32 [8, 2] | None  a chunk whose outcome to predict
     sample    [seed, step] | None    what a model with a latent draws its sample from
                                      (the request's seed and the observation's step)
+    prefix    float32 [8, 2] | None  ``action_prefix`` zero-padded to the chunk ...
+    mask      float32 [8] | None     ... and 1 where it gives an action
 
 Native output (what the model returns): ``actions`` float32 [8, 2] in the platform's units,
 ``future`` uint8 [64, 64, 3] (the camera at the chunk's end), ``value`` float (probability
 that executing ``actions`` reaches the named target before the chunk ends).
 
 With ``candidate_actions`` the prediction's ``actions`` are the candidate chunk itself, so
-the future and the value always describe the returned ``actions``.
+the future and the value always describe the returned ``actions``. With ``action_prefix``
+(the weights trained for it, ``--weights reach-rtc``) the chunk starts with the prefix.
 """
 
 from __future__ import annotations
@@ -68,8 +71,13 @@ def encode(request: PredictRequest) -> Dict[str, Any]:
     state = normalise_states(np.concatenate([obs.state["position"], obs.state["velocity"]]))
     candidate = None if request.candidate_actions is None else check_candidate(np.asarray(request.candidate_actions))
     sample = None if request.seed is None else [int(request.seed) % 2**64, int(obs.step)]
+    prefix = mask = None
+    if request.action_prefix is not None:  # the core checked its control, bounds and length (<= CHUNK)
+        d = len(request.action_prefix)
+        prefix, mask = np.zeros((CHUNK, 2), np.float32), (np.arange(CHUNK) < d).astype(np.float32)
+        prefix[:d] = check_candidate(np.asarray(request.action_prefix))
     return {"image": image, "state": state, "tokens": tokenize(request.effective_instruction), "candidate": candidate,
-            "sample": sample}
+            "sample": sample, "prefix": prefix, "mask": mask}
 
 
 def decode(native: Dict[str, Any], request: PredictRequest) -> Prediction:

@@ -1,7 +1,8 @@
 """Which weights file to load and which sha256 it must have (no torch here).
 
-The package ships two weights files, one per task family (``--weights reach``, the
-default, and ``--weights pit``), each pinned in ``SHIPPED``. Another file
+The package ships three weights files, pinned in ``SHIPPED``: one per task family
+(``--weights reach``, the default, and ``--weights pit``), and ``--weights reach-rtc``, the
+reach family's trained to also condition on an action prefix (``--execution rtc``). Another file
 (``--am-checkpoint FILE`` or a directory holding ``pointmass_wam.safetensors``) needs a pin
 too, from the first of: ``--weights-sha256 HEX``; a ``pins.json`` beside it (``python -m
 wam_pointmass.train`` writes one, in wamcore's pin-file format); or being byte-identical
@@ -11,6 +12,7 @@ to a shipped file. A file without a pin, or whose hash differs from its pin, is 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Optional, Tuple
 
@@ -20,11 +22,15 @@ from wamcore.errors import CheckpointError
 WEIGHTS_NAME = "pointmass_wam.safetensors"
 PINS_NAME = "pins.json"
 FORMAT = "wam-pointmass/1"
+#: the one safetensors metadata key; safetensors writes metadata from a hash map in random
+#: order, so a single key holding canonical JSON keeps the file byte-reproducible
+METADATA_KEY = "wam_pointmass"
 SHIPPED_SHA256 = "4e37451d824508eed064706dbe1f04aa505602bb5a7fb4f8c8ce26ed553f6dd2"
 #: task family -> (file name in ``weights/``, pinned sha256)
 SHIPPED = {
     "reach": (WEIGHTS_NAME, SHIPPED_SHA256),
     "pit": ("pointmass_wam_pit.safetensors", "f1e2318bbdf302198c3d13a34162bd61af34135bcab3ae5a56289995e0fc21df"),
+    "reach-rtc": ("pointmass_wam_rtc.safetensors", "a683bdbd1c569f12a34ccbbccb0d85466b496944f5bf0848e581a93672f23277"),
 }
 
 
@@ -45,6 +51,18 @@ def weights_path(checkpoint: Optional[str], family: str = "reach") -> Path:
     if not path.is_file():
         raise CheckpointError(f"pointmass-wam weights {path} do not exist (expected a .safetensors file or a directory holding {WEIGHTS_NAME})")
     return path
+
+
+def network_config(path: Path) -> dict:
+    """The network configuration stored in a weights file's safetensors header (read
+    without torch; nothing else of the file is read). Its ``prefix`` key: the network
+    conditions on an action prefix."""
+    try:
+        with open(path, "rb") as f:
+            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+        return json.loads((header.get("__metadata__") or {}).get(METADATA_KEY, "{}")).get("config") or {}
+    except (OSError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"{path} is not a readable safetensors file: {exc}") from exc
 
 
 def expected_sha256(path: Path, explicit: Optional[str] = None) -> Tuple[str, str]:
@@ -80,4 +98,4 @@ def verified_weights(checkpoint: Optional[str], explicit_sha256: Optional[str] =
     return path, actual
 
 
-__all__ = ["WEIGHTS_NAME", "PINS_NAME", "FORMAT", "SHIPPED_SHA256", "SHIPPED", "shipped_weights", "weights_path", "verified_weights"]
+__all__ = ["WEIGHTS_NAME", "PINS_NAME", "FORMAT", "METADATA_KEY", "network_config", "SHIPPED_SHA256", "SHIPPED", "shipped_weights", "weights_path", "verified_weights"]

@@ -44,6 +44,10 @@ class Demonstrations:
     future_images: np.ndarray  # uint8 [N, H, W, 3]
     future_states: np.ndarray  # float32 [N, 4]
     reached: np.ndarray  # float32 [N]
+    #: with ``collect(prefixes=True)``: how many actions of the chunk are given (0..T-1) ...
+    prefix_steps: Optional[np.ndarray] = None  # int64 [N]
+    #: ... and the chunk that starts with them and goes on as the expert from where they leave the mass
+    prefixed: Optional[np.ndarray] = None  # float32 [N, T, 2]
 
     def __len__(self) -> int:
         return len(self.states)
@@ -78,6 +82,29 @@ def _outcome(env: PointMassEnv, chunk: np.ndarray) -> tuple:
     return frame, state, reached
 
 
+def _prefix(rng: np.random.Generator, plan: np.ndarray) -> np.ndarray:
+    """Actions that execute while the next chunk is computed: in real-time chunking the rest
+    of a chunk planned a moment ago, so mostly near the expert's plan, sometimes far off."""
+    kind = rng.integers(4)
+    if kind == 3:
+        return rng.uniform(-1, 1, plan.shape).astype(np.float32)
+    noise = 0.1 if kind < 2 else 0.4
+    return np.clip(plan + rng.normal(0.0, noise, plan.shape), -1, 1).astype(np.float32)
+
+
+def prefixed_chunk(env: PointMassEnv, prefix: np.ndarray, chunk: int) -> np.ndarray:
+    """``prefix`` followed by the expert's plan from the state it leaves the mass in (the
+    env is left as it was): the target of a model that conditions on an action prefix."""
+    snap = env.snapshot()
+    try:
+        for action in prefix:
+            env.step(action)
+        tail = expert_chunk(env, chunk - len(prefix))
+    finally:
+        env.restore(snap)
+    return np.concatenate([prefix, tail]).astype(np.float32)
+
+
 def collect(
     episodes: int,
     *,
@@ -85,9 +112,13 @@ def collect(
     chunk: int = 8,
     max_steps: int = 60,
     progress: Optional[Callable[[int, int], None]] = None,
+    prefixes: bool = False,
 ) -> Demonstrations:
-    """Roll out ``episodes`` noisy-expert episodes and label every visited state."""
+    """Roll out ``episodes`` noisy-expert episodes and label every visited state. With
+    ``prefixes`` every state also gets a random action prefix and its ``prefixed`` chunk
+    (drawn from a generator of their own: the rest of the data is the same either way)."""
     rng = np.random.default_rng(seed)
+    prefix_rng = np.random.default_rng([seed, 1])
     env = PointMassEnv(max_steps=max_steps)
     rows: dict = {k: [] for k in attrs.fields_dict(Demonstrations)}
     for episode in range(episodes):
@@ -108,6 +139,10 @@ def collect(
             rows["future_images"].append(future_image)
             rows["future_states"].append(future_state)
             rows["reached"].append(float(reached))
+            if prefixes:
+                d = int(prefix_rng.integers(chunk))
+                rows["prefix_steps"].append(d)
+                rows["prefixed"].append(prefixed_chunk(env, _prefix(prefix_rng, plan[:d]), chunk) if d else plan)
             if env.steps < wander:
                 if env.steps % 4 == 0:
                     push = rng.uniform(-1, 1, 2)
@@ -130,6 +165,8 @@ def collect(
         future_images=np.stack(rows["future_images"]),
         future_states=np.stack(rows["future_states"]),
         reached=np.asarray(rows["reached"], dtype=np.float32),
+        prefix_steps=np.asarray(rows["prefix_steps"], dtype=np.int64) if prefixes else None,
+        prefixed=np.stack(rows["prefixed"]) if prefixes else None,
     )
 
 

@@ -16,9 +16,9 @@ import numpy as np
 
 from wamcore import ConfigurationError, DependencyNotInstalled, ModelConfig, PredictRequest
 from wamcore.checkpoints import read_verified
-from wamcore.errors import CheckpointError
+from wamcore.errors import CapabilityError, CheckpointError
 
-from .checkpoint import FORMAT, verified_weights
+from .checkpoint import FORMAT, METADATA_KEY, verified_weights
 from .tokenizer import VOCAB
 
 INSTALL = 'pip install "wam-pointmass[model]"'
@@ -44,11 +44,6 @@ def choose_device(requested: Optional[str]) -> str:
     if requested.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigurationError(f"--device {requested}: torch {torch.__version__} sees no CUDA device; use --device cpu")
     return requested
-
-
-#: the one safetensors metadata key; safetensors writes metadata from a hash map in random
-#: order, so a single key holding canonical JSON keeps the file byte-reproducible
-METADATA_KEY = "wam_pointmass"
 
 
 def save_weights(net, path: Path, training: Optional[Dict[str, Any]] = None) -> None:
@@ -117,6 +112,9 @@ class PointMassWAM:
         """One forward for the requests that let the policy act, one for those with
         candidate actions (the network takes a candidate for every row or for none)."""
         torch = self._torch
+        if not self.net.prefix and any(n.get("prefix") is not None for n in natives):
+            raise CapabilityError("these pointmass-wam weights were not trained to condition on an action prefix: "
+                                  "load --weights reach-rtc (or weights trained with --family reach-rtc)")
         outs: List[Optional[Dict[str, Any]]] = [None] * len(natives)
         with_candidate = [i for i, n in enumerate(natives) if n["candidate"] is not None]
         without = [i for i, n in enumerate(natives) if n["candidate"] is None]
@@ -131,14 +129,24 @@ class PointMassWAM:
                 latent = None
                 if self.net.latent and rows is without:
                     latent = torch.from_numpy(np.stack([self.latent(natives[i]["sample"]) for i in rows])).to(self.device)
+                prefix = mask = None
+                if self.net.prefix and rows is without:  # rows without a prefix have an all-zero mask
+                    prefix = torch.from_numpy(np.stack([_or_zeros(natives[i]["prefix"], (self.net.config["chunk"], 2))
+                                                        for i in rows])).to(self.device)
+                    mask = torch.from_numpy(np.stack([_or_zeros(natives[i]["mask"], (self.net.config["chunk"],))
+                                                      for i in rows])).to(self.device)
                 out = self.net(stacked("image"), stacked("state"), stacked("tokens"),
-                               stacked("candidate") if rows is with_candidate else None, latent)
+                               stacked("candidate") if rows is with_candidate else None, latent, prefix, mask)
                 actions = out["actions"].float().cpu().numpy()
                 future = (out["future_image"].permute(0, 2, 3, 1) * 255.0).round().to(torch.uint8).cpu().numpy()
                 values = out["value"].float().cpu().numpy()
                 for j, i in enumerate(rows):
                     outs[i] = {"actions": actions[j], "future": np.ascontiguousarray(future[j]), "value": float(values[j])}
         return outs  # type: ignore[return-value]
+
+
+def _or_zeros(array: Optional[np.ndarray], shape: tuple) -> np.ndarray:
+    return np.zeros(shape, np.float32) if array is None else array
 
 
 def load(config: ModelConfig) -> PointMassWAM:

@@ -26,6 +26,12 @@ exactly as before), make the variant trained for the ``pit`` family:
   thing it tracks is in the picture at all); the dynamics, given the keypoints, predicts the
   state after *every* action of the chunk; and the value reads that trajectory together
   with the distance of each predicted position to each keypoint (the pit's, the goal's).
+
+A third key, ``prefix`` (0/1), makes the variant that conditions on an action prefix (the
+``action_prefix`` capability, real-time chunking): the policy also takes the first ``d``
+actions of the chunk, those that will execute while it is computed (zero-padded to the
+chunk, with a mask), and plans the rest from where they leave the mass; the returned chunk
+starts with the prefix itself (hard inpainting, as RTC freezes the executing actions).
 """
 
 from __future__ import annotations
@@ -88,15 +94,17 @@ class PointMassWAMNet(nn.Module):
         self.log_temperature = nn.Parameter(torch.zeros(()))
         self.latent = int(cfg.get("latent", 0))
         self.trajectory = bool(cfg.get("trajectory", 0))
+        self.prefix = bool(cfg.get("prefix", 0))
+        extra = self.latent + (3 * h if self.prefix else 0)  # the latent; the prefix, its mask
         w = cfg["world_hidden"]
         if self.trajectory:
             context = 3 * k + 4 + t  # keypoints, their presence, state, instruction
-            self.policy = _mlp([context + self.latent, cfg["hidden"], cfg["hidden"], 2 * h])
+            self.policy = _mlp([context + extra, cfg["hidden"], cfg["hidden"], 2 * h])
             self.dynamics = _mlp([3 * k + 4 + 2 * h, w, w, 4 * h])
             self.value = _mlp([context + 2 * h + 4 * h + h * k, w, w, 1])
         else:
             context = 2 * k + 4 + t
-            self.policy = _mlp([context + self.latent, cfg["hidden"], cfg["hidden"], 2 * h])
+            self.policy = _mlp([context + extra, cfg["hidden"], cfg["hidden"], 2 * h])
             self.dynamics = _mlp([4 + 2 * h, w, w, 4])
             self.value = _mlp([context + 2 * h + 4, w, w, 1])
         r = cfg["render_channels"]
@@ -138,12 +146,26 @@ class PointMassWAMNet(nn.Module):
             parts.append(maps.amax(-1))
         return torch.cat([*parts, state, text], -1)
 
-    def act(self, context: torch.Tensor, latent: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def act(self, context: torch.Tensor, latent: Optional[torch.Tensor] = None, prefix: Optional[torch.Tensor] = None,
+            mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """A chunk [B, H, 2]. With ``prefix`` [B, H, 2] and ``mask`` [B, H] (1 where an
+        action is given; a network with ``prefix`` only) the chunk starts with the given
+        actions and the rest is planned from where they leave the mass."""
+        b, h = context.shape[0], self.config["chunk"]
         if self.latent:
             if latent is None:
-                latent = context.new_zeros(context.shape[0], self.latent)
+                latent = context.new_zeros(b, self.latent)
             context = torch.cat([context, latent], -1)
-        return torch.tanh(self.policy(context)).view(context.shape[0], -1, 2)
+        if self.prefix:
+            if prefix is None:
+                prefix, mask = context.new_zeros(b, h, 2), context.new_zeros(b, h)
+            context = torch.cat([context, (prefix * mask[..., None]).flatten(1), mask], -1)
+        elif prefix is not None:
+            raise ValueError("this network was not trained to condition on an action prefix (config 'prefix')")
+        actions = torch.tanh(self.policy(context)).view(b, -1, 2)
+        if prefix is not None:
+            actions = torch.where(mask[..., None] > 0, prefix, actions)
+        return actions
 
     def predict_state(self, state: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         return state + self.dynamics(torch.cat([state, actions.flatten(1)], -1))
@@ -183,13 +205,14 @@ class PointMassWAMNet(nn.Module):
 
     def forward(
         self, image: torch.Tensor, state: torch.Tensor, tokens: torch.Tensor, candidate: Optional[torch.Tensor] = None,
-        latent: Optional[torch.Tensor] = None,
+        latent: Optional[torch.Tensor] = None, prefix: Optional[torch.Tensor] = None, mask: Optional[torch.Tensor] = None,
     ) -> Dict[str, torch.Tensor]:
         """``image`` [B,3,H,W] in [0, 1]; ``state`` [B,4] normalised (``adapter.normalise_states``);
         ``candidate`` [B,H,2] or None (then the policy's chunk is used, for the ``latent``
-        [B, latent] given, zero when None)."""
+        [B, latent] given, zero when None, and the action ``prefix`` [B,H,2] where ``mask``
+        [B,H] is 1)."""
         context = self.context(image, state, tokens)
-        actions = self.act(context, latent) if candidate is None else candidate
+        actions = self.act(context, latent, prefix, mask) if candidate is None else candidate
         if self.trajectory:
             future = self.predict_trajectory(context, state, actions)
             future_state = future[:, -1]

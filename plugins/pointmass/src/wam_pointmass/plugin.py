@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from wamcore import Adapter, Capabilities, Intervention, ModelSpec, Option, PlatformSpec, Requirement, hookimpl
+import attrs
+
+from wamcore import Adapter, Capabilities, Intervention, ModelConfig, ModelSpec, Option, PlatformSpec, Requirement, hookimpl
+from wamcore.errors import CheckpointError
 
 from . import adapter
 from .spec import DEFAULT_MAX_STEPS, FAMILIES, PLATFORM, POINTMASS_CONTROL, POINTMASS_OBSERVATION
@@ -71,6 +74,18 @@ def _model_doctor(options: Mapping[str, Any]) -> Iterable[Any]:
             yield DoctorCheck(name=name, ok=False, detail=str(exc), fix="pip install --force-reinstall wam-pointmass")
 
 
+def _configure(spec: ModelSpec, config: ModelConfig) -> ModelSpec:
+    """Weights trained to condition on an action prefix declare ``action_prefix`` (read from
+    their header; a missing file is reported where the model loads)."""
+    from .checkpoint import network_config, weights_path
+
+    try:
+        prefix = network_config(weights_path(config.checkpoint, spec.with_defaults(config.options)["weights"])).get("prefix")
+    except CheckpointError:
+        return spec
+    return attrs.evolve(spec, capabilities=attrs.evolve(spec.capabilities, action_prefix=True)) if prefix else spec
+
+
 POINTMASS_WAM = ModelSpec(
     name="pointmass-wam",
     load="wam_pointmass.model:load",
@@ -83,8 +98,9 @@ POINTMASS_WAM = ModelSpec(
                help="CPU threads of torch (torch.set_num_threads, process-wide; 0 leaves torch's default)."),
         Option("weights-sha256", type="str", default=None,
                help="Pinned sha256 of the --am-checkpoint weights (else pins.json beside them)."),
-        Option("weights", type="choice", default="reach", choices=FAMILIES,
-               help="Which shipped weights to load without --am-checkpoint: those trained for the reach or the pit family."),
+        Option("weights", type="choice", default="reach", choices=(*FAMILIES, "reach-rtc"),
+               help="Which shipped weights to load without --am-checkpoint: those trained for the reach or the pit "
+                    "family, or reach-rtc: the reach family's that also condition on an action prefix (--execution rtc)."),
     ),
     description=(
         "Reference world action model for PointMass (torch, CPU): from image, state and instruction it predicts "
@@ -98,6 +114,7 @@ POINTMASS_WAM = ModelSpec(
     ),
     timeout_s=10.0,
     doctor=_model_doctor,
+    configure=_configure,
 )
 
 @hookimpl

@@ -2,6 +2,7 @@
 
     python -m wam_pointmass.train --out DIR                # the reach family's model
     python -m wam_pointmass.train --family pit --out DIR   # the pit family's (routes, values for planning)
+    python -m wam_pointmass.train --family reach-rtc --out DIR  # reach, conditioning on an action prefix
 
 writes ``DIR/pointmass_wam.safetensors`` and ``DIR/pins.json`` (its sha256), then
 evaluates the result on fresh seeds. With the defaults it reproduces the weights shipped
@@ -71,6 +72,20 @@ class PitTrainConfig(TrainConfig):
                 f"around the pit (gamma {self.gamma}; 0: never, e.g. fallen into the pit)")
 
 
+@attrs.frozen
+class PrefixTrainConfig(TrainConfig):
+    """The reach family's model that also conditions on an action prefix (the
+    ``action_prefix`` capability, for ``--execution rtc``): the reach data, each state also
+    with a random prefix of 0..7 actions and the expert's plan from where it leaves the mass."""
+
+    #: loss weight of the chunk planned after a prefix (the ``bc`` loss keeps the plain policy)
+    w_prefix: float = 10.0
+
+    @property
+    def network(self) -> dict:
+        return {"prefix": 1}
+
+
 def _tensors(demos: Union[Demonstrations, RouteDemonstrations]):
     import torch
 
@@ -87,8 +102,14 @@ def _tensors(demos: Union[Demonstrations, RouteDemonstrations]):
         plain = ("goals", "goal_positions", "pit_positions", "has_pit", "routes", "expert", "chunks", "values")
         return {**images, "states": norm(demos.states), "trajectories": norm(demos.trajectories),
                 **{k: torch.from_numpy(getattr(demos, k)) for k in plain}, "token_table": table}
+    prefixes = {}
+    if demos.prefixed is not None:
+        chunk = demos.expert.shape[1]
+        mask = (np.arange(chunk)[None, :] < demos.prefix_steps[:, None]).astype(np.float32)
+        prefixes = {"prefixed": torch.from_numpy(demos.prefixed), "prefix_mask": torch.from_numpy(mask)}
     return {
         **images,
+        **prefixes,
         "states": norm(demos.states),
         "future_states": norm(demos.future_states),
         "goals": torch.from_numpy(demos.goals),
@@ -119,7 +140,14 @@ def losses(net, batch: Dict, cfg: TrainConfig) -> Dict:
     total = cfg.w_bc * bc + cfg.w_goal * goal + cfg.w_dynamics * dynamics + cfg.w_value * value + cfg.w_render * render
     with torch.no_grad():
         accuracy = ((logit > 0).float() == batch["reached"]).float().mean()
-    return {"total": total, "bc": bc, "goal": goal, "dynamics": dynamics, "value": value, "render": render, "value_acc": accuracy}
+    out = {"total": total, "bc": bc, "goal": goal, "dynamics": dynamics, "value": value, "render": render, "value_acc": accuracy}
+    if isinstance(cfg, PrefixTrainConfig):  # the chunk after a prefix: the given actions are copied, the rest planned
+        mask = batch["prefix_mask"]
+        planned = net.act(context, prefix=batch["prefixed"], mask=mask)
+        free = (1.0 - mask)[..., None]
+        prefix = (((planned - batch["prefixed"]) ** 2) * free).sum() / (free.sum() * 2.0).clamp(min=1.0)
+        out.update(total=total + cfg.w_prefix * prefix, prefix=prefix)
+    return out
 
 
 def _render_loss(net, image, future, state, future_state, cfg: TrainConfig):
@@ -177,6 +205,7 @@ def train(
     torch.set_num_threads(cfg.threads)
     torch.use_deterministic_algorithms(True)
     pit = isinstance(cfg, PitTrainConfig)
+    prefixed = isinstance(cfg, PrefixTrainConfig)
     if demos is None:
         t0 = time.perf_counter()
         every = max(1, cfg.episodes // 10)
@@ -190,11 +219,11 @@ def train(
                                    progress=progress)
             labels = f"mean value {demos.values.mean():.2f}, zero values {(demos.values == 0).mean():.2f}"
         else:
-            demos = collect(cfg.episodes, seed=cfg.seed, progress=progress)
+            demos = collect(cfg.episodes, seed=cfg.seed, progress=progress, prefixes=prefixed)
             labels = f"value positives {demos.reached.mean():.2f}"
         log(f"collected {len(demos)} samples from {cfg.episodes} episodes in {time.perf_counter() - t0:.1f} s ({labels})")
     data = _tensors(demos)
-    net = PointMassWAMNet(cfg.network) if pit else PointMassWAMNet()
+    net = PointMassWAMNet(cfg.network) if pit or prefixed else PointMassWAMNet()
     loss_fn = route_losses if pit else losses
     log(f"network: {parameter_count(net)} parameters")
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -253,7 +282,9 @@ def evaluate_weights(directory: Path, episodes: int, seed: int = 0, platform_opt
     return summarize(rows)
 
 
-CONFIGS = {"reach": TrainConfig, "pit": PitTrainConfig}
+CONFIGS = {"reach": TrainConfig, "pit": PitTrainConfig, "reach-rtc": PrefixTrainConfig}
+#: the platform's task family a model family is evaluated on
+PLATFORM_FAMILY = {"reach-rtc": "reach"}
 
 
 def main(argv: Optional[list] = None) -> int:
@@ -287,12 +318,14 @@ def main(argv: Optional[list] = None) -> int:
     about = attrs.asdict(cfg)
     if isinstance(cfg, PitTrainConfig):
         about.update(family=family, value=cfg.value)
+    elif isinstance(cfg, PrefixTrainConfig):
+        about.update(family=family)
     save_weights(net, weights, {**about, "torch": torch.__version__})
     pins = write_pins(args.out / PINS_NAME, {WEIGHTS_NAME: weights}, source="python -m wam_pointmass.train")
     log(f"wrote {weights} ({weights.stat().st_size / 1e6:.2f} MB, sha256 {pins.files[WEIGHTS_NAME]}) "
         f"after {time.perf_counter() - t0:.0f} s")
     if args.eval_episodes > 0:
-        summary = evaluate_weights(args.out, args.eval_episodes, platform_options={"family": family})
+        summary = evaluate_weights(args.out, args.eval_episodes, platform_options={"family": PLATFORM_FAMILY.get(family, family)})
         log(f"evaluation on seeds 0..{args.eval_episodes - 1}: success rate {summary['success_rate']:.3f} "
             f"(95% CI {summary['ci95']}), mean steps {summary['mean_steps']:.1f}")
     return 0

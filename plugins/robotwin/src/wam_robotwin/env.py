@@ -277,6 +277,16 @@ class RoboTwinEnv:
             info={"sim_seed": self.sim_seed, "take_action_cnt": int(task.take_action_cnt), "step_lim": self.max_steps},
         )
 
+    def hold_action(self) -> np.ndarray:
+        """The action that keeps the robot where it is (``--realtime --execution hold``,
+        ``async``, ``rtc``): both controls take absolute targets, so the current set-points
+        (qpos14) or end-effector poses with the last commanded grippers (ee16)."""
+        s = self.observe().state
+        if self.action_type == "ee":
+            parts = [s["left_eef_pose"], s["left_gripper"], s["right_eef_pose"], s["right_gripper"]]
+            return np.concatenate(parts).astype(np.float32)
+        return np.asarray(s["joint_targets"], dtype=np.float32)
+
     # ------------------------------------------------------------------ state
 
     def snapshot(self) -> Any:
