@@ -121,7 +121,7 @@ def wilson(k: int, n: int, z: float = 1.96) -> Optional[Tuple[float, float]]:
 
 
 def run_module(name: str, tree: Path, workdir: Path, python: str, keep: int, seed: int, timeout: float,
-               count_only: bool = False) -> dict:
+               count_only: bool = False, rerun: bool = False) -> dict:
     path, tests, definitions = MODULES[name]
     config = workdir / f"{name}.toml"
     session = workdir / f"{name}.sqlite"
@@ -135,12 +135,20 @@ def run_module(name: str, tree: Path, workdir: Path, python: str, keep: int, see
         "[cosmic-ray.distributor]\n"
         'name = "local"\n'
     )
-    session.unlink(missing_ok=True)
     env = environment(tree)
     cosmic = [sys.executable, "-m", "cosmic_ray.cli"]
-    subprocess.run([*cosmic, "init", str(config), str(session)], cwd=tree, env=env, check=True)
     scope = spans(tree / path, definitions) if definitions else None
-    in_file, in_scope = select(session, scope, keep, seed)
+    if rerun:  # the same mutants again, only the survivors run (the tests changed, the module did not)
+        db = sqlite3.connect(session)
+        db.execute("DELETE FROM work_results WHERE test_outcome IN ('SURVIVED', 'survived')")
+        db.commit()
+        db.close()
+        in_file, in_scope = json.loads((workdir / f"{name}.counts.json").read_text())
+    else:
+        session.unlink(missing_ok=True)
+        subprocess.run([*cosmic, "init", str(config), str(session)], cwd=tree, env=env, check=True)
+        in_file, in_scope = select(session, scope, keep, seed)
+        (workdir / f"{name}.counts.json").write_text(json.dumps([in_file, in_scope]))
     if count_only:
         return {"module": name, "file": path, "mutants_in_file": in_file, "mutants_in_scope": in_scope}
     t0 = time.monotonic()
@@ -185,6 +193,8 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "wamcore-mutation")
     ap.add_argument("--out", type=Path, help="Write the report as JSON here too.")
     ap.add_argument("--list", action="store_true", help="List the modules and their tests, and exit.")
+    ap.add_argument("--rerun-survivors", action="store_true",
+                    help="Run the last run's survivors again (same mutants, same sample) against the tests at HEAD.")
     ap.add_argument("--count", action="store_true", help="Count each module's mutants (nothing is run), and exit.")
     a = ap.parse_args()
     if a.list:
@@ -195,7 +205,8 @@ def main() -> None:
     tree = worktree(a.workdir)
     report = []
     for name in a.module or list(MODULES):
-        result = run_module(name, tree, a.workdir, a.python, a.sample, a.seed, a.timeout, count_only=a.count)
+        result = run_module(name, tree, a.workdir, a.python, a.sample, a.seed, a.timeout, count_only=a.count,
+                            rerun=a.rerun_survivors)
         if a.count:
             print(f"{name:<11} {result['mutants_in_scope']} mutants ({result['mutants_in_file']} in {result['file']})")
             continue
