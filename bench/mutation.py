@@ -48,7 +48,7 @@ MODULES = {
     "validation": ("wamcore/validation.py", ["tests/test_validation.py"], None),
     "execution": ("wamcore/execution.py", ["tests/test_execution.py"], None),
     "scheduling": ("wamcore/evaluation/scheduling.py",
-                   ["tests/test_evaluation.py", "-k", "queue or tasks_no_other_process_holds"], None),
+                   ["tests/test_evaluation.py", "-k", "queue"], None),
     "planning": ("wamcore/planning.py", ["tests/test_planning.py", "-k", "not wam_eval"], None),
     "sessions": ("wamcore/rpc/server.py", ["tests/test_rpc_sessions.py"],
                  ["_Session", "WorkerServer._dispatch", "WorkerServer._hello", "WorkerServer._drop",
@@ -125,11 +125,14 @@ def run_module(name: str, tree: Path, workdir: Path, python: str, keep: int, see
     path, tests, definitions = MODULES[name]
     config = workdir / f"{name}.toml"
     session = workdir / f"{name}.sqlite"
-    command = shlex.join([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests])
+    # timeout(1) ends the whole process group of a run that hangs (a mutant that never hands out
+    # the last episode), the worker and env processes with it; past its limit the run counts as killed
+    command = shlex.join(["timeout", "-k", "5", f"{timeout:g}", python, "-m", "pytest", "-x", "-q", "-p",
+                          "no:cacheprovider", *tests])
     config.write_text(
         "[cosmic-ray]\n"
         f'module-path = "{path}"\n'
-        f"timeout = {timeout}\n"
+        f"timeout = {timeout + 30}\n"
         "excluded-modules = []\n"
         f"test-command = {json.dumps(command)}\n\n"
         "[cosmic-ray.distributor]\n"
@@ -188,7 +191,7 @@ def main() -> None:
     ap.add_argument("--module", action="append", choices=sorted(MODULES), help="Mutate this module (repeatable; default: all).")
     ap.add_argument("--sample", type=int, default=0, help="Run this many mutants per module, drawn with --seed (0: all).")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--timeout", type=float, default=300.0, help="Seconds one test run may take (a hang counts as killed).")
+    ap.add_argument("--timeout", type=float, default=120.0, help="Seconds one test run may take (a hang counts as killed).")
     ap.add_argument("--python", default=str(ROOT / ".venv" / "bin" / "python"), help="The Python that runs the tests.")
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "wamcore-mutation")
     ap.add_argument("--out", type=Path, help="Write the report as JSON here too.")
