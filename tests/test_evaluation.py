@@ -10,7 +10,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from wamcore.specs import Episode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import wamtest_eval  # noqa: E402
-from helpers_workers import TAG_ENV, TESTS, like_a_terminal, no_leaks, pid_gone, tagged_pids  # noqa: E402,F401
+from helpers_workers import TAG_ENV, TESTS, like_a_terminal, no_leaks, pid_gone, tagged_pids, wait_for  # noqa: E402,F401
 
 EVALTOY = ["--platform", "evaltoy", "--am-backend", "evaltoy-p"]
 
@@ -58,16 +57,6 @@ def records(out: Path) -> dict:
 
 def outcomes(out: Path) -> dict:
     return {k: (r["success"], r["steps"], r["stop_reason"]) for k, r in records(out).items()}
-
-
-def wait_for(predicate, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def marker_pid(directory: Path, prefix: str) -> int:
