@@ -13,8 +13,14 @@ from __future__ import annotations
 
 import itertools
 import os
+import select
+import socket
+import struct
 import sys
+import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -25,7 +31,7 @@ from wamcore import wire  # noqa: E402
 from wamcore.contracts import PredictRequest  # noqa: E402
 from wamcore.errors import ProtocolError  # noqa: E402
 from wamcore.registry import Registry  # noqa: E402
-from wamcore.rpc import SessionNotFound, WorkerBusy, protocol  # noqa: E402
+from wamcore.rpc import SessionNotFound, WorkerBusy, local, protocol, server, shm  # noqa: E402
 from wamcore.rpc.server import WorkerServer  # noqa: E402
 from wamcore.service import ModelService  # noqa: E402
 from wamcore.specs import ModelConfig  # noqa: E402
@@ -34,7 +40,8 @@ TTL = 30.0
 
 
 class Clock:
-    """The worker's ``time.monotonic`` during a test: it moves only when told to."""
+    """The worker's ``time.monotonic`` during a test (the server's and its local channel's; the
+    test's own clock is untouched): it moves only when told to."""
 
     def __init__(self) -> None:
         self.now = 1000.0
@@ -46,10 +53,10 @@ class Clock:
 class Worker:
     """A WorkerServer and the means to talk to it the way a client does."""
 
-    def __init__(self, clock: Clock, **options):
+    def __init__(self, clock: Clock, backend: str = "scripted-wam", platform: str = "toy", **options):
         reg = Registry(entry_points=False)
         reg.register(toy, name="toy")
-        self.service = ModelService(reg.model("scripted-wam"), ModelConfig(platform="toy"))
+        self.service = ModelService(reg.model(backend), ModelConfig(platform=platform))
         self.server = WorkerServer(self.service, session_ttl_s=TTL, batch_window_s=0.0, **options)
         self.clock = clock
         self._ids = itertools.count(1)
@@ -58,10 +65,15 @@ class Worker:
     def model(self) -> toy.ScriptedModel:
         return self.service.native
 
-    def call(self, method: str, session=None, args=None, fds=()):
+    def call(self, method: str, session=None, args=None, fds=(), arena=None, pass_segment=True):
+        """One request as a client sends it (``arena``: its large arrays in shared memory, the
+        segment's descriptor passed along as over the local channel unless ``pass_segment`` is
+        false: one the session passed before)."""
         answers = []
         msg = protocol.request(next(self._ids), method, session=session, token=None, args=args)
-        self.server._serve(wire.encode(msg), list(fds), reply=answers.append)
+        frames = wire.encode(msg, arena=arena)
+        fds = [*fds, os.dup(arena.fd)] if arena is not None and pass_segment else list(fds)
+        self.server._serve(frames, fds, reply=answers.append)
         (answer,) = answers
         reply = wire.decode(answer)
         if not reply["ok"]:
@@ -71,9 +83,9 @@ class Worker:
     def hello(self) -> str:
         return self.call("hello")["session"]
 
-    def predict(self, session: str) -> dict:
+    def predict(self, session: str, **kw) -> dict:
         obs = toy.ToyEnv().reset(seed=0)
-        return self.call("predict", session, {"request": PredictRequest(obs).to_wire()})["info"]
+        return self.call("predict", session, {"request": PredictRequest(obs).to_wire()}, **kw)["info"]
 
     def sessions(self) -> int:
         return self.call("health")["sessions"]
@@ -85,7 +97,9 @@ class Worker:
 @pytest.fixture
 def worker(monkeypatch):
     clock = Clock()
-    monkeypatch.setattr("time.monotonic", clock)
+    worker_time = SimpleNamespace(monotonic=clock, perf_counter=time.perf_counter)
+    monkeypatch.setattr(server, "time", worker_time)
+    monkeypatch.setattr(local, "time", worker_time)
     made = []
 
     def make(**options) -> Worker:
@@ -212,3 +226,61 @@ def test_a_model_without_sessions_is_not_reset_and_a_failing_reset_is_only_logge
     s = stateless.hello()
     stateless.call("bye", s)
     assert stateless.model.resets == {}
+
+
+def test_shared_memory_is_read_in_session_calls_only(worker):
+    w = worker(backend="echo-wam", platform="toy-big")  # cameras large enough for shared memory
+    a = w.hello()
+    obs = toy.big_observation(0)
+    arena = shm.Arena(1 << 20)
+    try:
+        answer = w.call("predict", a, {"request": PredictRequest(obs).to_wire()}, arena=arena)
+        assert arena.used and answer["info"]["sums"]["primary"] == int(obs.images["primary"].sum())
+        with pytest.raises(ProtocolError, match="references are accepted in session calls only"):
+            w.call("health", args={"x": obs.images["primary"]}, arena=arena, pass_segment=False)
+    finally:
+        arena.close()
+
+
+def connect_local(address: str) -> socket.socket:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.settimeout(30)
+    conn.connect(address)
+    return conn
+
+
+def local_call(address: str, method: str) -> dict:
+    with connect_local(address) as conn:
+        local.send_frames(conn, wire.encode(protocol.request(1, method, session=None, token=None)))
+        return wire.decode(local.recv_frames(conn))
+
+
+def test_the_serving_loop_frees_idle_sessions_and_drops_local_messages_slower_than_the_timeout(worker):
+    """The loop itself sweeps once a second of the worker's clock: an idle session is freed past
+    its TTL while a local message that began as long ago, within --message-timeout, is still
+    awaited; past the timeout that message's connection is closed."""
+    w = worker(message_timeout_s=2 * TTL)
+    address = w.call("hello")["local"]
+    idle = w.hello()
+    w.predict(idle)
+    slow = connect_local(address)
+    slow.sendall(struct.pack("!2I", 1, 100) + b"x" * 10)  # a message of 100 bytes, 10 of them sent
+    loop = threading.Thread(target=w.server.serve_forever, daemon=True)
+    loop.start()
+    try:
+        # two round trips: the loop has read the slow message's first bytes (it was readable first)
+        assert local_call(address, "health")["ok"] and local_call(address, "health")["ok"]
+        w.clock.now += TTL + 1
+        deadline = time.monotonic() + 60
+        while idle not in w.model.resets:
+            assert time.monotonic() < deadline, "the loop never freed the idle session"
+            time.sleep(0.02)
+        assert local_call(address, "health")["result"]["sessions"] == 0  # the sweep is over (hello's session idled too)
+        assert select.select([slow], [], [], 0)[0] == []  # still open, nothing to read: the message is awaited
+        w.clock.now += TTL
+        assert slow.recv(1) == b""  # closed by the worker (a hang here ends in the socket's timeout)
+    finally:
+        local_call(address, "shutdown")
+        loop.join(30)
+        slow.close()
+    assert not loop.is_alive()
