@@ -48,6 +48,7 @@ def test_every_mismatch_is_named(line_plugin, line_registry):
         "Models with an adapter for 'line': line-p",
     ]:
         assert expected in text
+    assert "--control" not in text  # no control of 'line' executes positions: nothing to choose
 
 
 def test_no_adapter_names_what_the_model_supports(line_plugin, line_registry):
