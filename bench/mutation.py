@@ -44,7 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 #: optionally the definitions whose lines are mutated: the rest of the file is another concern)
 MODULES = {
     "contracts": ("wamcore/contracts.py", ["tests/test_contracts.py", "tests/test_wire.py"], None),
-    "pairing": ("wamcore/pairing.py", ["tests/test_pairing.py"], None),
+    "pairing": ("wamcore/pairing.py", ["tests/test_pairing.py", *(f"tests/test_controls.py::test_{t}" for t in (
+        "pairing_picks_the_control_the_adapter_declares", "a_control_chosen_by_hand_wins_and_a_mismatch_says_how_to_choose",
+        "a_platform_with_one_control_is_unchanged"))], None),
     "validation": ("wamcore/validation.py", ["tests/test_validation.py"], None),
     "execution": ("wamcore/execution.py", ["tests/test_execution.py"], None),
     "scheduling": ("wamcore/evaluation/scheduling.py",
