@@ -43,7 +43,7 @@ def test_every_mismatch_is_named(line_plugin, line_registry):
         "camera 'primary' must be 16x16 (HxW); the platform renders 8x32",
         "camera 'depth' (any size) is not provided by the platform (it has: primary 8x32)",
         "state 'position' must have 2 values; the platform gives 1",
-        "state 'velocity' (1) is not provided",
+        "state 'velocity' (1) is not provided by the platform (it has: ['position', 'target'])",
         "chunk size 12 is outside the platform's executable bounds [1, 8]",
         "Models with an adapter for 'line': line-p",
     ]:
