@@ -148,12 +148,12 @@ def run_module(name: str, tree: Path, workdir: Path, python: str, keep: int, see
         db.execute("DELETE FROM work_results WHERE test_outcome IN ('SURVIVED', 'survived')")
         db.commit()
         db.close()
-        in_file, in_scope = json.loads((workdir / f"{name}.counts.json").read_text())
+        in_file, in_scope, keep, seed = json.loads((workdir / f"{name}.counts.json").read_text())
     else:
         session.unlink(missing_ok=True)
         subprocess.run([*cosmic, "init", str(config), str(session)], cwd=tree, env=env, check=True)
         in_file, in_scope = select(session, scope, keep, seed)
-        (workdir / f"{name}.counts.json").write_text(json.dumps([in_file, in_scope]))
+        (workdir / f"{name}.counts.json").write_text(json.dumps([in_file, in_scope, keep, seed]))
     if count_only:
         return {"module": name, "file": path, "mutants_in_file": in_file, "mutants_in_scope": in_scope}
     t0 = time.monotonic()
@@ -177,7 +177,7 @@ def run_module(name: str, tree: Path, workdir: Path, python: str, keep: int, see
         "mutants_in_scope": in_scope, "sample": keep or None, "seed": seed, "run": judged + incompetent,
         "killed": killed, "survived": len(survivors), "incompetent": incompetent,
         "killed_share": round(killed / judged, 3) if judged else None,
-        "killed_share_95": wilson(killed, judged) if 0 < keep < in_scope else None,
+        "killed_share_95": wilson(killed, judged) if judged + incompetent < in_scope else None,
         "wall_s": round(time.monotonic() - t0, 1), "commit": head(tree), "cosmic_ray": version("cosmic-ray"),
         "survivors": sorted(survivors, key=lambda s: s["line"]),
     }
@@ -216,7 +216,7 @@ def main() -> None:
             print(f"{name:<11} {result['mutants_in_scope']} mutants ({result['mutants_in_file']} in {result['file']})")
             continue
         report.append(result)
-        of = f" (a sample of {result['run']} of {result['mutants_in_scope']}, seed {a.seed})" if result["killed_share_95"] else ""
+        of = f" (a sample of {result['run']} of {result['mutants_in_scope']}, seed {result['seed']})" if result["killed_share_95"] else ""
         print(f"{name}: {result['killed']}/{result['killed'] + result['survived']} killed{of}, share "
               f"{result['killed_share']} (95%: {result['killed_share_95'] or 'all run'}), "
               f"{result['incompetent']} incompetent, {result['wall_s']} s", flush=True)
