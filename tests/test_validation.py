@@ -48,6 +48,7 @@ def _with_state(name, value):
         (_with_image("primary", np.zeros((4, 6, 3), np.float32)), "dtype must be uint8"),
         (_with_image("primary", np.zeros((4, 6), np.uint8)), "shape must be (H, W, 3)"),
         (_with_image("primary", np.zeros((4, 6, 4), np.uint8)), "shape must be (H, W, 3)"),
+        (_with_image("primary", np.zeros((4, 6, 2), np.uint8)), "shape must be (H, W, 3)"),
         (_with_image("primary", np.zeros((5, 6, 3), np.uint8)), "size must be 4x6"),
         (_with_image("primary", [[0]]), "expected an HxWx3 uint8 array, got list"),
         (good_obs(images={"wrist": np.zeros((2, 2, 3), np.uint8)}), "camera 'primary' is missing"),
@@ -135,6 +136,21 @@ def test_malformed_prediction_extras():
     assert {p.split(":")[0] for p in info.value.problems} == {"future 'primary'", "values must be a finite float vector, got array float32 (1,)"}
 
 
+@pytest.mark.parametrize("extras, problem", [
+    ({"future_observations": {"primary": np.zeros((6, 3), np.uint8)}}, "future 'primary': expected uint8 HxWx3"),
+    ({"future_observations": {"primary": np.zeros((4, 6, 3), np.float32)}}, "future 'primary': expected uint8 HxWx3"),
+    ({"future_observations": {"primary": np.zeros((2, 4, 6, 4), np.uint8)}}, "future 'primary': expected uint8 HxWx3"),
+    ({"values": np.array(["a", "b"])}, "values must be a finite float vector, got array <U1 (2,)"),
+    ({"values": np.zeros((2, 1))}, "values must be a finite float vector"),
+    ({"world_features": {"depth": np.array(["a"])}}, "world feature 'depth' must be a numeric array"),
+])
+def test_each_malformed_prediction_extra(extras, problem):
+    pred = Prediction(actions=np.zeros((4, 3)), **extras)
+    with pytest.raises(PredictionError) as info:
+        validate_prediction(pred, Capabilities(future_observations=True, values=True, world_features=True), CONTRACT)
+    assert [p for p in info.value.problems if problem in p], info.value.problems
+
+
 # ----------------------------------------------------------------------------- chunk bounds, requests
 
 
@@ -209,6 +225,12 @@ def test_state_beyond_the_float32_range_is_refused_before_a_model_turns_it_into_
     else:
         with pytest.raises(ObservationError, match=r"beyond the float32 range .* at \[1\]"):
             validate_observation(obs, CONTRACT)
+
+
+def test_a_flood_of_unknown_options_is_read_only_until_twenty_problems():
+    with pytest.raises(ObservationError) as info:
+        validate_request(request(**{f"o{i}": 1 for i in range(10_000)}), CONTRACT, OPTIONS)
+    assert 20 <= len(info.value.problems) <= 21 and "option 'o0'" in info.value.problems[0]
 
 
 def test_choices_on_a_typed_option_are_enforced():
