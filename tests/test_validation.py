@@ -185,6 +185,7 @@ def request(seed=None, step=0, **options) -> PredictRequest:
 @pytest.mark.parametrize("req", [
     request(), request(seed=0), request(seed=2**63 - 1), request(seed=np.int64(7), step=2**63 - 1),
     request(steps=2**62, scale=-1e300, greedy=True, mode="exact", tag="x" * 100), request(steps=None),
+    request(steps=-2**63), request(steps=2**63 - 1),  # the int64 range, both ends
 ])
 def test_a_well_formed_request_passes(req):
     validate_request(req, CONTRACT, OPTIONS)
