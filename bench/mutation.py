@@ -46,7 +46,8 @@ MODULES = {
     "contracts": ("wamcore/contracts.py", ["tests/test_contracts.py", "tests/test_wire.py"], None),
     "pairing": ("wamcore/pairing.py", ["tests/test_pairing.py", *(f"tests/test_controls.py::test_{t}" for t in (
         "pairing_picks_the_control_the_adapter_declares", "a_control_chosen_by_hand_wins_and_a_mismatch_says_how_to_choose",
-        "a_platform_with_one_control_is_unchanged"))], None),
+        "a_platform_with_one_control_is_unchanged", "the_hint_names_the_default_control_too",
+        "an_action_space_no_control_executes_is_refused_with_nothing_to_choose"))], None),
     "validation": ("wamcore/validation.py", ["tests/test_validation.py"], None),
     "execution": ("wamcore/execution.py", ["tests/test_execution.py"], None),
     "scheduling": ("wamcore/evaluation/scheduling.py",
