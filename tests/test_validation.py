@@ -121,6 +121,16 @@ def test_bounds_allow_float_rounding_only():
         validate_actions(np.full((4, 3), 1.001, np.float32), CONTROL)
 
 
+def test_only_values_past_the_rounding_tolerance_are_reported_at_either_bound():
+    actions = np.full((4, 3), -1.0 - 1e-7, np.float32)  # at the low bound, within rounding
+    actions[1, 1] = 1.0 + 1e-7  # at the high bound, within rounding
+    actions[0, 0], actions[2, 2] = 1.001, -1.001
+    with pytest.raises(ActionError) as info:
+        validate_actions(actions, CONTROL)
+    assert list(info.value.problems) == ["1 value(s) beyond the low bound: [2, g]=-1.001",
+                                         "1 value(s) beyond the high bound: [0, x]=1.001"]
+
+
 def test_prediction_extras_must_be_declared():
     pred = Prediction(actions=np.zeros((4, 3)), values=[0.5], future_observations={"primary": np.zeros((4, 6, 3), np.uint8)})
     with pytest.raises(PredictionError) as info:
