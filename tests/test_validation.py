@@ -46,6 +46,8 @@ def _with_state(name, value):
     "obs,problem",
     [
         (_with_image("primary", np.zeros((4, 6, 3), np.float32)), "dtype must be uint8"),
+        (_with_image("primary", np.zeros((4, 6, 3), np.int8)), "dtype must be uint8"),
+        (_with_image("primary", np.zeros((4, 6, 3), bool)), "dtype must be uint8"),
         (_with_image("primary", np.zeros((4, 6), np.uint8)), "shape must be (H, W, 3)"),
         (_with_image("primary", np.zeros((4, 6, 4), np.uint8)), "shape must be (H, W, 3)"),
         (_with_image("primary", np.zeros((4, 6, 2), np.uint8)), "shape must be (H, W, 3)"),
