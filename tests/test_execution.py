@@ -60,6 +60,13 @@ def test_budget_stops_inside_a_chunk(line_registry, env):
     assert (again.stop_reason, again.steps, again.chunks) == ("budget_exhausted", 0, 0)
 
 
+def test_a_budget_used_up_by_the_last_chunk_is_budget_exhausted_not_completed(line_registry, env):
+    env.max_steps = 300  # above the integers Python shares: compared by value
+    model = client(line_registry, ScriptedModel([np.zeros((4, 1))]))
+    result = wam_act(model, env, max_chunks=75)
+    assert (result.stop_reason, result.steps, result.chunks) == ("budget_exhausted", 300, 75)
+
+
 def test_completed_after_max_chunks(line_registry, env):
     model = client(line_registry, ScriptedModel([np.zeros((4, 1))]))
     result = wam_act(model, env, max_chunks=2)
