@@ -146,6 +146,18 @@ def test_evaluate_reuses_envs_with_equal_options(line_registry, line_plugin, tol
     assert summary["stop_reasons"] == {"native_success": 6}
 
 
+def test_summarize_counts_and_averages_the_records():
+    rows = [{"success": True, "steps": 3, "stop_reason": "native_success"},
+            {"success": False, "steps": 9, "stop_reason": "budget_exhausted"},
+            {"success": False, "steps": 6, "stop_reason": "budget_exhausted"}]
+    summary = summarize(rows)
+    assert (summary["episodes"], summary["successes"], summary["mean_steps"]) == (3, 1, 6.0)
+    assert summary["success_rate"] == pytest.approx(1 / 3)
+    assert summary["stop_reasons"] == {"native_success": 1, "budget_exhausted": 2}
+    assert summarize([]) == {"episodes": 0, "successes": 0, "success_rate": 0.0, "ci95": [0.0, 1.0],
+                             "mean_steps": 0.0, "stop_reasons": {}}
+
+
 def test_wilson_interval():
     assert wilson_interval(0, 0) == (0.0, 1.0)
     lo, hi = wilson_interval(95, 100)
