@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 
 from wamcore import ActionError, CapabilityError, ConfigurationError, PredictRequest, Registry
+from wamcore.contracts import Prediction
+from wamcore.errors import PredictionError
 from wamcore.execution import run_episode
-from wamcore.planning import BestOfN, candidate_seeds, goal_scorer, planner_for
+from wamcore.planning import BestOfN, candidate_seeds, goal_scorer, planner_for, value_scorer
 from wamcore.runtime import WorkerConfig, open_model
 
 from wam_pointmass import plugin
@@ -152,6 +154,34 @@ def test_ties_go_to_the_lowest_index_and_a_nan_never_wins(pit_wam, scores, chose
     plan = BestOfN(pit_wam, len(scores), lambda request, predictions: scores).plan(PredictRequest(observation=obs, seed=2))
     assert plan.chosen == chosen
     np.testing.assert_array_equal(plan.actions, plan.candidates[chosen])
+
+
+def test_a_scorer_without_conditioning_scores_the_samples_own_predictions_or_the_given_chunks(pit_wam):
+    seen = []
+
+    def score(request, predictions):
+        seen.append(list(predictions))
+        return [0.0] * len(predictions)
+
+    obs = PointMassEnv(family="pit").reset(seed=3)
+    planner = BestOfN(pit_wam, 3, score)
+    plan = planner.plan(PredictRequest(observation=obs, seed=3))
+    assert all(p.future_observations and p.values is not None for p in seen[0])  # the model's own answers
+    assert [p.to_wire() for p in seen[0]] == [p.to_wire() for p in plan.predictions]
+    chunks = [np.zeros((8, 2), np.float32), np.full((8, 2), 0.5, np.float32)]
+    planner.plan(PredictRequest(observation=obs), candidates=chunks)
+    assert [p.future_observations for p in seen[1]] == [None, None]  # nothing was asked of the model
+    for given, scored in zip(chunks, seen[1]):
+        np.testing.assert_array_equal(scored.actions, given)
+
+
+def test_the_value_scorer_needs_the_value_it_reads():
+    scorer = value_scorer(1)
+    actions = np.zeros((8, 2), np.float32)
+    for values, returned in ((None, "None"), ([0.5], "1")):
+        with pytest.raises(PredictionError, match=rf"needs values\[1\]; the model returned {returned} values"):
+            scorer.fn(None, [Prediction(actions=actions, values=[0.1, 0.2]), Prediction(actions=actions, values=values)])
+    assert scorer.fn(None, [Prediction(actions=actions, values=[0.1, 0.75])]) == [0.75]
 
 
 def test_proposed_candidates_are_validated_before_any_request(pit_wam):
