@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 import os
 import select
-import socket
 import struct
 import sys
 import threading
@@ -27,6 +26,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers beside the tests
 
 import wamtest_scripted as toy  # noqa: E402
+from test_worker_hardening import connect_local, local_call, request  # noqa: E402
 from wamcore import wire  # noqa: E402
 from wamcore.contracts import PredictRequest  # noqa: E402
 from wamcore.errors import ProtocolError  # noqa: E402
@@ -243,19 +243,6 @@ def test_shared_memory_is_read_in_session_calls_only(worker):
         arena.close()
 
 
-def connect_local(address: str) -> socket.socket:
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.settimeout(30)
-    conn.connect(address)
-    return conn
-
-
-def local_call(address: str, method: str) -> dict:
-    with connect_local(address) as conn:
-        local.send_frames(conn, wire.encode(protocol.request(1, method, session=None, token=None)))
-        return wire.decode(local.recv_frames(conn))
-
-
 def test_the_serving_loop_frees_idle_sessions_and_drops_local_messages_slower_than_the_timeout(worker):
     """The loop itself sweeps once a second of the worker's clock: an idle session is freed past
     its TTL while a local message that began as long ago, within --message-timeout, is still
@@ -270,18 +257,18 @@ def test_the_serving_loop_frees_idle_sessions_and_drops_local_messages_slower_th
     loop.start()
     try:
         # two round trips: the loop has read the slow message's first bytes (it was readable first)
-        assert local_call(address, "health")["ok"] and local_call(address, "health")["ok"]
+        assert local_call(address, request("health"))["ok"] and local_call(address, request("health"))["ok"]
         w.clock.now += TTL + 1
         deadline = time.monotonic() + 60
         while idle not in w.model.resets:
             assert time.monotonic() < deadline, "the loop never freed the idle session"
             time.sleep(0.02)
-        assert local_call(address, "health")["result"]["sessions"] == 0  # the sweep is over (hello's session idled too)
+        assert local_call(address, request("health"))["result"]["sessions"] == 0  # the sweep is over (hello's session idled too)
         assert select.select([slow], [], [], 0)[0] == []  # still open, nothing to read: the message is awaited
         w.clock.now += TTL
         assert slow.recv(1) == b""  # closed by the worker (a hang here ends in the socket's timeout)
     finally:
-        local_call(address, "shutdown")
+        local_call(address, request("shutdown"))
         loop.join(30)
         slow.close()
     assert not loop.is_alive()
