@@ -26,6 +26,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers beside the tests
 
 import wamtest_scripted as toy  # noqa: E402
+from helpers_workers import wait_for  # noqa: E402
 from test_worker_hardening import connect_local, local_call, request  # noqa: E402
 from wamcore import wire  # noqa: E402
 from wamcore.contracts import PredictRequest  # noqa: E402
@@ -83,9 +84,9 @@ class Worker:
     def hello(self) -> str:
         return self.call("hello")["session"]
 
-    def predict(self, session: str, **kw) -> dict:
+    def predict(self, session: str) -> dict:
         obs = toy.ToyEnv().reset(seed=0)
-        return self.call("predict", session, {"request": PredictRequest(obs).to_wire()}, **kw)["info"]
+        return self.call("predict", session, {"request": PredictRequest(obs).to_wire()})["info"]
 
     def sessions(self) -> int:
         return self.call("health")["sessions"]
@@ -259,10 +260,7 @@ def test_the_serving_loop_frees_idle_sessions_and_drops_local_messages_slower_th
         # two round trips: the loop has read the slow message's first bytes (it was readable first)
         assert local_call(address, request("health"))["ok"] and local_call(address, request("health"))["ok"]
         w.clock.now += TTL + 1
-        deadline = time.monotonic() + 60
-        while idle not in w.model.resets:
-            assert time.monotonic() < deadline, "the loop never freed the idle session"
-            time.sleep(0.02)
+        wait_for(lambda: idle in w.model.resets, 60, "the loop to free the idle session")
         assert local_call(address, request("health"))["result"]["sessions"] == 0  # the sweep is over (hello's session idled too)
         assert select.select([slow], [], [], 0)[0] == []  # still open, nothing to read: the message is awaited
         w.clock.now += TTL
