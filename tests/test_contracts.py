@@ -181,3 +181,8 @@ def test_control_spec_rejects_inconsistent_definitions(kwargs, message):
 def test_adapter_contract_horizon_must_cover_the_chunk():
     with pytest.raises(ValueError, match="horizon 4 < chunk_size 8"):
         AdapterContract(platform="p", action_space="p.a.v1", action_dim=2, cameras={}, state={}, chunk_size=8, horizon=4)
+
+
+def test_a_model_declares_actions_and_nothing_else_unless_it_says_so():
+    assert Capabilities().names() == ["actions"]
+    assert Capabilities(values=True, privileged_state=True).names() == ["actions", "values", "privileged_state"]

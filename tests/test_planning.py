@@ -16,7 +16,7 @@ from wamcore import ActionError, CapabilityError, ConfigurationError, PredictReq
 from wamcore.contracts import Prediction
 from wamcore.errors import PredictionError
 from wamcore.execution import run_episode
-from wamcore.planning import BestOfN, candidate_seeds, goal_scorer, planner_for, value_scorer
+from wamcore.planning import BestOfN, Scorer, candidate_seeds, goal_scorer, planner_for, value_scorer
 from wamcore.runtime import WorkerConfig, open_model
 
 from wam_pointmass import plugin
@@ -176,12 +176,23 @@ def test_a_scorer_without_conditioning_scores_the_samples_own_predictions_or_the
 
 
 def test_the_value_scorer_needs_the_value_it_reads():
-    scorer = value_scorer(1)
+    scorer = value_scorer(2)
     actions = np.zeros((8, 2), np.float32)
-    for values, returned in ((None, "None"), ([0.5], "1")):
-        with pytest.raises(PredictionError, match=rf"needs values\[1\]; the model returned {returned} values"):
-            scorer.fn(None, [Prediction(actions=actions, values=[0.1, 0.2]), Prediction(actions=actions, values=values)])
-    assert scorer.fn(None, [Prediction(actions=actions, values=[0.1, 0.75])]) == [0.75]
+    for values, returned in ((None, "None"), ([0.5], "1"), ([0.5, 0.5], "2")):
+        with pytest.raises(PredictionError, match=rf"needs values\[2\]; the model returned {returned} values"):
+            scorer.fn(None, [Prediction(actions=actions, values=[0.1, 0.2, 0.3]), Prediction(actions=actions, values=values)])
+    assert scorer.fn(None, [Prediction(actions=actions, values=[0.1, 0.2, 0.75])]) == [0.75]
+
+
+def test_a_scorer_needing_a_capability_the_core_does_not_know_is_refused(pit_wam):
+    with pytest.raises(CapabilityError, match="does not declare telepathy"):
+        BestOfN(pit_wam, 2, Scorer("mind", lambda request, predictions: [0.0] * len(predictions), requires=("telepathy",)))
+
+
+def test_the_other_candidates_seeds_follow_the_episode_seed():
+    assert candidate_seeds(11, 0, 4)[0] == 11 and candidate_seeds(None, 0, 2)[0] is None
+    assert candidate_seeds(11, 0, 4)[1:] != candidate_seeds(12, 0, 4)[1:]
+    assert candidate_seeds(11, 0, 4) == candidate_seeds(11, 0, 4)
 
 
 def test_proposed_candidates_are_validated_before_any_request(pit_wam):
