@@ -182,6 +182,7 @@ def test_the_value_scorer_needs_the_value_it_reads():
         with pytest.raises(PredictionError, match=rf"needs values\[2\]; the model returned {returned} values"):
             scorer.fn(None, [Prediction(actions=actions, values=[0.1, 0.2, 0.3]), Prediction(actions=actions, values=values)])
     assert scorer.fn(None, [Prediction(actions=actions, values=[0.1, 0.2, 0.75])]) == [0.75]
+    assert value_scorer().fn(None, [Prediction(actions=actions, values=[0.25, 0.75])]) == [0.25]  # the first value
 
 
 def test_a_scorer_needing_a_capability_the_core_does_not_know_is_refused(pit_wam):
