@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import argparse
 import ast
-import math
 import json
+import math
 import os
 import random
 import shlex
@@ -34,8 +34,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from importlib.metadata import version
+from pathlib import Path
 from typing import List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,7 +115,8 @@ def select(session: Path, scope: Optional[List[Tuple[int, int]]], keep: int, see
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> Optional[Tuple[float, float]]:
-    """The 95% Wilson interval of a share ``k/n`` (what a sample says about the whole module)."""
+    """The 95% Wilson interval of a share ``k/n`` (what a sample says about the whole module):
+    ``wamcore.execution.wilson_interval``'s formula, as this script runs in cosmic-ray's venv."""
     if not n:
         return None
     p, d = k / n, 1 + z * z / n
@@ -143,7 +144,6 @@ def run_module(name: str, tree: Path, workdir: Path, python: str, keep: int, see
     )
     env = environment(tree)
     cosmic = [sys.executable, "-m", "cosmic_ray.cli"]
-    scope = spans(tree / path, definitions) if definitions else None
     if rerun:  # the same mutants again, only the survivors run (the tests changed, the module did not)
         db = sqlite3.connect(session)
         db.execute("DELETE FROM work_results WHERE test_outcome IN ('SURVIVED', 'survived')")
@@ -153,6 +153,7 @@ def run_module(name: str, tree: Path, workdir: Path, python: str, keep: int, see
     else:
         session.unlink(missing_ok=True)
         subprocess.run([*cosmic, "init", str(config), str(session)], cwd=tree, env=env, check=True)
+        scope = spans(tree / path, definitions) if definitions else None
         in_file, in_scope = select(session, scope, keep, seed)
         (workdir / f"{name}.counts.json").write_text(json.dumps([in_file, in_scope, keep, seed]))
     if count_only:
