@@ -186,3 +186,9 @@ def test_adapter_contract_horizon_must_cover_the_chunk():
 def test_a_model_declares_actions_and_nothing_else_unless_it_says_so():
     assert Capabilities().names() == ["actions"]
     assert Capabilities(values=True, privileged_state=True).names() == ["actions", "values", "privileged_state"]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_float_actions_of_any_width_become_float32(dtype):
+    assert Prediction(actions=np.zeros((2, 3), dtype)).actions.dtype == np.float32
+    assert Prediction(actions=np.zeros((2, 3), np.int64)).actions.dtype == np.int64  # left for validation to refuse
