@@ -192,3 +192,28 @@ def test_a_model_declares_actions_and_nothing_else_unless_it_says_so():
 def test_float_actions_of_any_width_become_float32(dtype):
     assert Prediction(actions=np.zeros((2, 3), dtype)).actions.dtype == np.float32
     assert Prediction(actions=np.zeros((2, 3), np.int64)).actions.dtype == np.int64  # left for validation to refuse
+
+
+def test_numeric_values_become_a_float32_vector():
+    for given, expected in (([1, 2], [1.0, 2.0]), (0.5, [0.5]), (np.float64(0.25), [0.25]), ([True], [1.0])):
+        values = Prediction(actions=np.zeros((2, 3)), values=given).values
+        assert values.dtype == np.float32 and values.tolist() == expected
+
+
+def test_predictions_are_equal_by_value_and_differ_in_any_field():
+    base = Prediction(actions=np.zeros((2, 3)), future_observations={"primary": np.zeros((4, 4, 3), np.uint8)},
+                      values=[0.5], world_features={"f": np.zeros(2)}, timing={"model_ms": 1.0}, info={"k": 1})
+    assert base == base.replace() == Prediction.from_wire(base.to_wire())
+    for change in (
+        {"actions": np.ones((2, 3))},
+        {"future_observations": {"primary": np.ones((4, 4, 3), np.uint8)}},
+        {"future_observations": {"wrist": np.zeros((4, 4, 3), np.uint8)}},
+        {"future_observations": None},
+        {"values": [0.6]},
+        {"values": None},
+        {"world_features": {"f": np.zeros(2, np.float32)}},  # the same numbers in another dtype
+        {"timing": {"model_ms": 2.0}},
+        {"info": {"k": 2}},
+    ):
+        other = base.replace(**change)
+        assert base != other and other != base, change

@@ -192,7 +192,8 @@ def test_a_scorer_needing_a_capability_the_core_does_not_know_is_refused(pit_wam
 
 def test_the_other_candidates_seeds_follow_the_episode_seed():
     assert candidate_seeds(11, 0, 4)[0] == 11 and candidate_seeds(None, 0, 2)[0] is None
-    assert candidate_seeds(11, 0, 4)[1:] != candidate_seeds(12, 0, 4)[1:]
+    for a, b in ((11, 12), (11, 13), (2**63 - 1, 0)):  # every bit of a valid seed counts
+        assert candidate_seeds(a, 0, 4)[1:] != candidate_seeds(b, 0, 4)[1:]
     assert candidate_seeds(11, 0, 4) == candidate_seeds(11, 0, 4)
 
 
