@@ -197,6 +197,31 @@ def test_the_other_candidates_seeds_follow_the_episode_seed():
     assert candidate_seeds(11, 0, 4) == candidate_seeds(11, 0, 4)
 
 
+def test_a_scorer_must_score_every_candidate_once(pit_wam):
+    obs = PointMassEnv(family="pit").reset(seed=1)
+    chunks = [np.zeros((8, 2), np.float32), np.full((8, 2), 0.5, np.float32)]
+    for scores in ([1.0], [1.0, 2.0, 3.0]):
+        planner = BestOfN(pit_wam, 2, lambda request, predictions, scores=scores: scores)
+        with pytest.raises(PredictionError, match=f"returned {len(scores)} scores for 2 candidates"):
+            planner.plan(PredictRequest(observation=obs), candidates=chunks)
+
+
+def test_the_goal_scorer_needs_a_predicted_frame_of_its_camera():
+    request = PredictRequest(observation=PointMassEnv().reset(seed=0))
+    actions = np.zeros((8, 2), np.float32)
+    frame = {"primary": np.zeros((8, 8, 3), np.uint8)}
+    for scorer, futures, needs in ((goal_scorer(lambda f: 0.0), None, "any camera"),
+                                   (goal_scorer(lambda f: 0.0, camera="wrist"), frame, "wrist")):
+        with pytest.raises(PredictionError, match=rf"needs a predicted future frame \({needs}\)"):
+            scorer.fn(request, [Prediction(actions=actions, future_observations=futures)])
+
+
+def test_an_unknown_score_is_refused(pit_wam):
+    for score in ("distance", "zeal"):  # sorting before and after "goal"
+        with pytest.raises(ConfigurationError, match=f"unknown scorer '{score}'"):
+            planner_for(pit_wam, PointMassEnv(), 2, score)
+
+
 def test_proposed_candidates_are_validated_before_any_request(pit_wam):
     counted = Counted(pit_wam)
     planner = BestOfN(counted, 8, "value")
