@@ -217,3 +217,29 @@ def test_predictions_are_equal_by_value_and_differ_in_any_field():
     ):
         other = base.replace(**change)
         assert base != other and other != base, change
+
+
+def test_observations_and_requests_are_equal_by_value_and_differ_in_any_field():
+    obs = Observation(images={"primary": np.zeros((4, 4, 3), np.uint8)}, state={"pos": np.zeros(2)},
+                      instruction="go", step=3)
+    assert obs == obs.replace() == Observation.from_wire(obs.to_wire())
+    for change in ({"instruction": "stop"}, {"step": 4}, {"images": {"primary": np.ones((4, 4, 3), np.uint8)}},
+                   {"state": {"pos": np.ones(2)}}):
+        assert obs != obs.replace(**change) and obs.replace(**change) != obs, change
+
+    def request(privileged):
+        return PredictRequest(observation=obs, privileged=privileged)
+
+    goal = {"goal": [np.zeros(2), {"k": 1}]}
+    assert request(goal) == request({"goal": [np.zeros(2), {"k": 1}]})
+    for privileged in (None, {"goal": [np.zeros(2)]}, {"goal": [np.zeros(2), {"k": 2}]}, {"goal": np.zeros(2)},
+                       {"goal": {"k": 1}}, {"goal": [np.zeros(2), {"k": 1}, 3]}):
+        assert request(goal) != request(privileged) and request(privileged) != request(goal), privileged
+
+
+def test_model_info_finds_the_contract_of_a_platform_and_defaults_to_a_minute():
+    contracts = [AdapterContract(platform=name, action_space=f"{name}.delta.v1", action_dim=1, cameras={}, state={},
+                                 chunk_size=1) for name in ("alpha", "beta")]
+    info = ModelInfo(backend="m", checkpoint=None, capabilities=Capabilities(), contracts=contracts)
+    assert info.contract_for("".join(["be", "ta"])) is contracts[1] and info.contract_for("gamma") is None
+    assert info.timeout_s == 60.0  # docs/reference.md
