@@ -169,6 +169,8 @@ def test_prediction_actions_become_float32():
         ({"action_names": ()}, "at least one action name"),
         ({"low": (0.0,)}, "low has 1 entries"),
         ({"chunk_min": 4, "chunk_max": 2}, "bad chunk bounds"),
+        ({"chunk_min": 0}, r"bad chunk bounds \[0, None\]"),
+        ({"gripper": GripperSpec(indices=(-1,), open=-1, close=1)}, "outside 2 action dims"),
         ({"gripper": GripperSpec(indices=(5,), open=-1, close=1)}, "outside 2 action dims"),
     ],
 )
@@ -176,6 +178,7 @@ def test_control_spec_rejects_inconsistent_definitions(kwargs, message):
     base = {"action_space": "toy.velocity.v1", "action_names": ("x", "y")}
     with pytest.raises(ValueError, match=message):
         ControlSpec(**{**base, **kwargs})
+    assert ControlSpec(**base, chunk_min=3, chunk_max=3).chunk_max == 3  # one length exactly is a control too
 
 
 def test_adapter_contract_horizon_must_cover_the_chunk():
