@@ -337,7 +337,7 @@ def test_queue_keeps_envs_and_spreads_first_episodes():
 def test_queue_hands_out_each_episode_once_in_plan_order_then_none():
     eps = [Episode(key=f"t{t}/i{i}", env_options={"task": t}, reset={"init": i}) for t in range(2) for i in range(2)]
     queue = EpisodeQueue(eps)
-    assert [e.key for e in queue.first_episodes(9)] == ["t0/i0", "t1/i0"] + ["t0/i1", "t1/i1"]  # then repeats
+    assert [e.key for e in queue.first_episodes(9)] == ["t0/i0", "t1/i0", "t0/i1", "t1/i1"]  # new envs first, then plan order
     assert len(queue) == 4  # first_episodes only looks
     held = [json.dumps({"task": t}, sort_keys=True) for t in range(2)]
     assert queue.take(None, held=held).key == "t0/i0"  # every env held: plan order
