@@ -14,7 +14,8 @@ installs point at the checkout).
     python3 -m venv /tmp/mut && /tmp/mut/bin/pip install cosmic-ray==8.7.0
     /tmp/mut/bin/python bench/mutation.py                         # every module (hours on 2 cores)
     /tmp/mut/bin/python bench/mutation.py --module validation --sample 60 --seed 0
-    /tmp/mut/bin/python bench/mutation.py --list
+    /tmp/mut/bin/python bench/mutation.py --list                  # the modules and the tests run on them
+    /tmp/mut/bin/python bench/mutation.py --count                 # how many mutants each has
 
 Not part of CI (too slow); docs/testing.md has the figures and the survivors' verdicts.
 """
@@ -22,37 +23,70 @@ Not part of CI (too slow); docs/testing.md has the figures and the survivors' ve
 from __future__ import annotations
 
 import argparse
+import ast
 import json
+import math
 import os
 import random
+import shlex
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+from importlib.metadata import version
 from pathlib import Path
+from typing import List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: module -> (file to mutate, the tests that guard it)
+#: module -> (file to mutate, the pytest arguments that select the fast tests guarding it, and
+#: optionally the definitions whose lines are mutated: the rest of the file is another concern)
 MODULES = {
-    "contracts": ("wamcore/contracts.py", ["tests/test_contracts.py", "tests/test_wire.py"]),
-    "pairing": ("wamcore/pairing.py", ["tests/test_pairing.py"]),
-    "validation": ("wamcore/validation.py", ["tests/test_validation.py"]),
-    "execution": ("wamcore/execution.py", ["tests/test_execution.py"]),
-    "scheduling": ("wamcore/evaluation/scheduling.py", ["tests/test_evaluation.py"]),
-    "planning": ("wamcore/planning.py", ["tests/test_planning.py"]),
-    "sessions": ("wamcore/rpc/server.py", ["tests/test_rpc_protocol.py", "tests/test_rpc_batching.py"]),
+    "contracts": ("wamcore/contracts.py", ["tests/test_contracts.py", "tests/test_wire.py"], None),
+    "pairing": ("wamcore/pairing.py", ["tests/test_pairing.py", *(f"tests/test_controls.py::test_{t}" for t in (
+        "pairing_picks_the_control_the_adapter_declares", "a_control_chosen_by_hand_wins_and_a_mismatch_says_how_to_choose",
+        "a_platform_with_one_control_is_unchanged", "the_hint_names_the_default_control_too",
+        "an_action_space_no_control_executes_is_refused_with_nothing_to_choose"))], None),
+    "validation": ("wamcore/validation.py", ["tests/test_validation.py"], None),
+    "execution": ("wamcore/execution.py", ["tests/test_execution.py"], None),
+    "scheduling": ("wamcore/evaluation/scheduling.py",
+                   ["tests/test_evaluation.py", "-k", "queue"], None),
+    "planning": ("wamcore/planning.py", ["tests/test_planning.py", "-k", "not wam_eval"], None),
+    "sessions": ("wamcore/rpc/server.py", ["tests/test_rpc_sessions.py"],
+                 ["_Session", "WorkerServer._dispatch", "WorkerServer._hello", "WorkerServer._drop",
+                  "WorkerServer._sweep"]),
 }
 
 
+def spans(path: Path, names: List[str]) -> List[Tuple[int, int]]:
+    """The line spans of the named definitions (``Class`` or ``Class.method``) in ``path``."""
+    found = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            found[node.name] = (node.lineno, node.end_lineno)
+            if isinstance(node, ast.ClassDef):
+                for sub in node.body:
+                    if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        found[f"{node.name}.{sub.name}"] = (sub.lineno, sub.end_lineno)
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise SystemExit(f"{path}: no definition named {', '.join(missing)}")
+    return [found[n] for n in names]
+
+
 def worktree(workdir: Path) -> Path:
+    """A detached worktree at the checkout's HEAD (created, or moved to HEAD when it exists)."""
     tree = workdir / "tree"
-    if not tree.exists():
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), "HEAD"], check=True,
-                       capture_output=True)
-        for venv in ROOT.glob(".venv*"):  # the tests find the model/client venvs beside the checkout
-            (tree / venv.name).symlink_to(venv)
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+    if tree.exists():
+        subprocess.run(["git", "-C", str(tree), "checkout", "--force", "--detach", head], check=True, capture_output=True)
+        return tree
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), head], check=True,
+                   capture_output=True)
+    for venv in ROOT.glob(".venv*"):  # the tests find the model/client venvs beside the checkout
+        (tree / venv.name).symlink_to(venv)
     return tree
 
 
@@ -64,37 +98,66 @@ def environment(tree: Path) -> dict:
     return env
 
 
-def sample(session: Path, keep: int, seed: int) -> int:
-    """Keep ``keep`` mutants drawn with ``seed`` (a seeded share of a long module), drop the rest."""
+def select(session: Path, scope: Optional[List[Tuple[int, int]]], keep: int, seed: int) -> Tuple[int, int]:
+    """Keep the mutants inside ``scope`` (line spans; None: all), then ``keep`` of them drawn
+    with ``seed`` (a uniform seeded sample of a long module; 0: all). Returns (mutants in the
+    file, mutants in scope)."""
     db = sqlite3.connect(session)
-    ids = [row[0] for row in db.execute("SELECT job_id FROM work_items ORDER BY job_id")]
-    drop = set(ids) - set(random.Random(seed).sample(ids, min(keep, len(ids))))
-    db.executemany("DELETE FROM mutation_specs WHERE job_id = ?", [(i,) for i in drop])
-    db.executemany("DELETE FROM work_items WHERE job_id = ?", [(i,) for i in drop])
+    rows = db.execute("SELECT job_id, start_pos_row FROM mutation_specs ORDER BY job_id").fetchall()
+    inside = [i for i, line in rows if scope is None or any(a <= line <= b for a, b in scope)]
+    kept = set(random.Random(seed).sample(inside, keep)) if 0 < keep < len(inside) else set(inside)
+    drop = [(i,) for i, _ in rows if i not in kept]
+    db.executemany("DELETE FROM mutation_specs WHERE job_id = ?", drop)
+    db.executemany("DELETE FROM work_items WHERE job_id = ?", drop)
     db.commit()
     db.close()
-    return len(ids)
+    return len(rows), len(inside)
 
 
-def run_module(name: str, tree: Path, workdir: Path, python: str, keep: int, seed: int, timeout: float) -> dict:
-    path, tests = MODULES[name]
+def wilson(k: int, n: int, z: float = 1.96) -> Optional[Tuple[float, float]]:
+    """The 95% Wilson interval of a share ``k/n`` (what a sample says about the whole module):
+    ``wamcore.execution.wilson_interval``'s formula, as this script runs in cosmic-ray's venv."""
+    if not n:
+        return None
+    p, d = k / n, 1 + z * z / n
+    mid, half = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return round(mid - half, 3), round(mid + half, 3)
+
+
+def run_module(name: str, tree: Path, workdir: Path, python: str, keep: int, seed: int, timeout: float,
+               count_only: bool = False, rerun: bool = False) -> dict:
+    path, tests, definitions = MODULES[name]
     config = workdir / f"{name}.toml"
     session = workdir / f"{name}.sqlite"
-    command = f"{python} -m pytest -x -q -p no:cacheprovider {' '.join(tests)}"
+    # timeout(1) ends the whole process group of a run that hangs (a mutant that never hands out
+    # the last episode), the worker and env processes with it; past its limit the run counts as killed
+    command = shlex.join(["timeout", "-k", "5", f"{timeout:g}", python, "-m", "pytest", "-x", "-q", "-p",
+                          "no:cacheprovider", *tests])
     config.write_text(
         "[cosmic-ray]\n"
         f'module-path = "{path}"\n'
-        f"timeout = {timeout}\n"
+        f"timeout = {timeout + 30}\n"
         "excluded-modules = []\n"
-        f'test-command = "{command}"\n\n'
+        f"test-command = {json.dumps(command)}\n\n"
         "[cosmic-ray.distributor]\n"
         'name = "local"\n'
     )
-    session.unlink(missing_ok=True)
     env = environment(tree)
     cosmic = [sys.executable, "-m", "cosmic_ray.cli"]
-    subprocess.run([*cosmic, "init", str(config), str(session)], cwd=tree, env=env, check=True)
-    total = sample(session, keep, seed) if keep else None
+    if rerun:  # the same mutants again, only the survivors run (the tests changed, the module did not)
+        db = sqlite3.connect(session)
+        db.execute("DELETE FROM work_results WHERE test_outcome IN ('SURVIVED', 'survived')")
+        db.commit()
+        db.close()
+        in_file, in_scope, keep, seed = json.loads((workdir / f"{name}.counts.json").read_text())
+    else:
+        session.unlink(missing_ok=True)
+        subprocess.run([*cosmic, "init", str(config), str(session)], cwd=tree, env=env, check=True)
+        scope = spans(tree / path, definitions) if definitions else None
+        in_file, in_scope = select(session, scope, keep, seed)
+        (workdir / f"{name}.counts.json").write_text(json.dumps([in_file, in_scope, keep, seed]))
+    if count_only:
+        return {"module": name, "file": path, "mutants_in_file": in_file, "mutants_in_scope": in_scope}
     t0 = time.monotonic()
     subprocess.run([*cosmic, "exec", str(config), str(session)], cwd=tree, env=env, check=True)
     dump = subprocess.run([*cosmic, "dump", str(session)], cwd=tree, env=env, check=True, capture_output=True, text=True)
@@ -109,14 +172,22 @@ def run_module(name: str, tree: Path, workdir: Path, python: str, keep: int, see
         elif outcome == "survived":
             spec = item["mutations"][0]
             survivors.append({"line": spec["start_pos"][0], "operator": spec["operator_name"],
-                              "occurrence": spec["occurrence"]})
+                              "occurrence": spec["occurrence"], "diff": (result or {}).get("diff")})
     judged = killed + len(survivors)
     return {
-        "module": name, "file": path, "tests": tests, "mutants_in_module": total, "run": judged + incompetent,
+        "module": name, "file": path, "tests": tests, "definitions": definitions, "mutants_in_file": in_file,
+        "mutants_in_scope": in_scope, "sample": keep or None, "seed": seed, "run": judged + incompetent,
         "killed": killed, "survived": len(survivors), "incompetent": incompetent,
-        "killed_share": round(killed / judged, 3) if judged else None, "wall_s": round(time.monotonic() - t0, 1),
+        "killed_share": round(killed / judged, 3) if judged else None,
+        "killed_share_95": wilson(killed, judged) if judged + incompetent < in_scope else None,
+        "wall_s": round(time.monotonic() - t0, 1), "commit": head(tree), "cosmic_ray": version("cosmic-ray"),
         "survivors": sorted(survivors, key=lambda s: s["line"]),
     }
+
+
+def head(tree: Path) -> str:
+    return subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], check=True, capture_output=True,
+                          text=True).stdout.strip()
 
 
 def main() -> None:
@@ -124,24 +195,33 @@ def main() -> None:
     ap.add_argument("--module", action="append", choices=sorted(MODULES), help="Mutate this module (repeatable; default: all).")
     ap.add_argument("--sample", type=int, default=0, help="Run this many mutants per module, drawn with --seed (0: all).")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--timeout", type=float, default=300.0, help="Seconds one test run may take (a hang counts as killed).")
+    ap.add_argument("--timeout", type=float, default=120.0, help="Seconds one test run may take (a hang counts as killed).")
     ap.add_argument("--python", default=str(ROOT / ".venv" / "bin" / "python"), help="The Python that runs the tests.")
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "wamcore-mutation")
     ap.add_argument("--out", type=Path, help="Write the report as JSON here too.")
     ap.add_argument("--list", action="store_true", help="List the modules and their tests, and exit.")
+    ap.add_argument("--rerun-survivors", action="store_true",
+                    help="Run the last run's survivors again (same mutants, same sample) against the tests at HEAD.")
+    ap.add_argument("--count", action="store_true", help="Count each module's mutants (nothing is run), and exit.")
     a = ap.parse_args()
     if a.list:
-        for name, (path, tests) in MODULES.items():
-            print(f"{name:<11} {path:<36} {' '.join(tests)}")
+        for name, (path, tests, definitions) in MODULES.items():
+            print(f"{name:<11} {path:<33} {shlex.join(tests)}" + (f"  ({', '.join(definitions)})" if definitions else ""))
         return
     a.workdir.mkdir(parents=True, exist_ok=True)
     tree = worktree(a.workdir)
     report = []
     for name in a.module or list(MODULES):
-        result = run_module(name, tree, a.workdir, a.python, a.sample, a.seed, a.timeout)
+        result = run_module(name, tree, a.workdir, a.python, a.sample, a.seed, a.timeout, count_only=a.count,
+                            rerun=a.rerun_survivors)
+        if a.count:
+            print(f"{name:<11} {result['mutants_in_scope']} mutants ({result['mutants_in_file']} in {result['file']})")
+            continue
         report.append(result)
-        print(f"{name}: {result['killed']}/{result['killed'] + result['survived']} killed "
-              f"({result['killed_share']}), {result['incompetent']} incompetent, {result['wall_s']} s", flush=True)
+        of = f" (a sample of {result['run']} of {result['mutants_in_scope']}, seed {result['seed']})" if result["killed_share_95"] else ""
+        print(f"{name}: {result['killed']}/{result['killed'] + result['survived']} killed{of}, share "
+              f"{result['killed_share']} (95%: {result['killed_share_95'] or 'all run'}), "
+              f"{result['incompetent']} incompetent, {result['wall_s']} s", flush=True)
         for s in result["survivors"]:
             print(f"  survived: {result['file']}:{s['line']} {s['operator']} #{s['occurrence']}")
     if a.out:

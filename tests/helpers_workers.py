@@ -100,6 +100,18 @@ def pid_gone(pid: int) -> bool:
     return _is_zombie(pid)
 
 
+def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
+    """Wait on a state itself (not a sleep): ``predicate()``'s first true value, or a failure
+    naming ``what`` after ``timeout`` seconds (a margin for a loaded machine, not a requirement)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def wait_gone(pid: int, timeout: float) -> Optional[float]:
     """Seconds until ``pid`` exited, or None if it is still there after ``timeout``."""
     t0 = time.monotonic()

@@ -169,6 +169,8 @@ def test_prediction_actions_become_float32():
         ({"action_names": ()}, "at least one action name"),
         ({"low": (0.0,)}, "low has 1 entries"),
         ({"chunk_min": 4, "chunk_max": 2}, "bad chunk bounds"),
+        ({"chunk_min": 0}, r"bad chunk bounds \[0, None\]"),
+        ({"gripper": GripperSpec(indices=(-1,), open=-1, close=1)}, "outside 2 action dims"),
         ({"gripper": GripperSpec(indices=(5,), open=-1, close=1)}, "outside 2 action dims"),
     ],
 )
@@ -176,8 +178,71 @@ def test_control_spec_rejects_inconsistent_definitions(kwargs, message):
     base = {"action_space": "toy.velocity.v1", "action_names": ("x", "y")}
     with pytest.raises(ValueError, match=message):
         ControlSpec(**{**base, **kwargs})
+    assert ControlSpec(**base, chunk_min=3, chunk_max=3).chunk_max == 3  # one length exactly is a control too
 
 
 def test_adapter_contract_horizon_must_cover_the_chunk():
     with pytest.raises(ValueError, match="horizon 4 < chunk_size 8"):
         AdapterContract(platform="p", action_space="p.a.v1", action_dim=2, cameras={}, state={}, chunk_size=8, horizon=4)
+
+
+def test_a_model_declares_actions_and_nothing_else_unless_it_says_so():
+    assert Capabilities().names() == ["actions"]
+    assert Capabilities(values=True, privileged_state=True).names() == ["actions", "values", "privileged_state"]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_float_actions_of_any_width_become_float32(dtype):
+    assert Prediction(actions=np.zeros((2, 3), dtype)).actions.dtype == np.float32
+    assert Prediction(actions=np.zeros((2, 3), np.int64)).actions.dtype == np.int64  # left for validation to refuse
+
+
+def test_numeric_values_become_a_float32_vector():
+    for given, expected in (([1, 2], [1.0, 2.0]), (0.5, [0.5]), (np.float64(0.25), [0.25]), ([True], [1.0])):
+        values = Prediction(actions=np.zeros((2, 3)), values=given).values
+        assert values.dtype == np.float32 and values.tolist() == expected
+
+
+def test_predictions_are_equal_by_value_and_differ_in_any_field():
+    base = Prediction(actions=np.zeros((2, 3)), future_observations={"primary": np.zeros((4, 4, 3), np.uint8)},
+                      values=[0.5], world_features={"f": np.zeros(2)}, timing={"model_ms": 1.0}, info={"k": 1})
+    assert base == base.replace() == Prediction.from_wire(base.to_wire())
+    for change in (
+        {"actions": np.ones((2, 3))},
+        {"future_observations": {"primary": np.ones((4, 4, 3), np.uint8)}},
+        {"future_observations": {"wrist": np.zeros((4, 4, 3), np.uint8)}},
+        {"future_observations": None},
+        {"values": [0.6]},
+        {"values": None},
+        {"world_features": {"f": np.zeros(2, np.float32)}},  # the same numbers in another dtype
+        {"timing": {"model_ms": 2.0}},
+        {"info": {"k": 2}},
+    ):
+        other = base.replace(**change)
+        assert base != other and other != base, change
+
+
+def test_observations_and_requests_are_equal_by_value_and_differ_in_any_field():
+    obs = Observation(images={"primary": np.zeros((4, 4, 3), np.uint8)}, state={"pos": np.zeros(2)},
+                      instruction="go", step=3)
+    assert obs == obs.replace() == Observation.from_wire(obs.to_wire())
+    for change in ({"instruction": "stop"}, {"step": 4}, {"images": {"primary": np.ones((4, 4, 3), np.uint8)}},
+                   {"state": {"pos": np.ones(2)}}):
+        assert obs != obs.replace(**change) and obs.replace(**change) != obs, change
+
+    def request(privileged):
+        return PredictRequest(observation=obs, privileged=privileged)
+
+    goal = {"goal": [np.zeros(2), {"k": 1}]}
+    assert request(goal) == request({"goal": [np.zeros(2), {"k": 1}]})
+    for privileged in (None, {"goal": [np.zeros(2)]}, {"goal": [np.zeros(2), {"k": 2}]}, {"goal": np.zeros(2)},
+                       {"goal": {"k": 1}}, {"goal": [np.zeros(2), {"k": 1}, 3]}):
+        assert request(goal) != request(privileged) and request(privileged) != request(goal), privileged
+
+
+def test_model_info_finds_the_contract_of_a_platform_and_defaults_to_a_minute():
+    contracts = [AdapterContract(platform=name, action_space=f"{name}.delta.v1", action_dim=1, cameras={}, state={},
+                                 chunk_size=1) for name in ("alpha", "beta")]
+    info = ModelInfo(backend="m", checkpoint=None, capabilities=Capabilities(), contracts=contracts)
+    assert info.contract_for("".join(["be", "ta"])) is contracts[1] and info.contract_for("gamma") is None
+    assert info.timeout_s == 60.0  # docs/reference.md

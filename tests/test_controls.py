@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 
 from wamcore import ModelConfig, ModelService, pair, wam_act
@@ -81,6 +82,23 @@ def test_a_control_chosen_by_hand_wins_and_a_mismatch_says_how_to_choose(registr
     text = str(info.value)
     assert "the model produces 'twoway.position.v1', the platform executes 'twoway.velocity.v1'" in text
     assert f"also executes '{POS}': choose it with --control {POS}" in text
+
+
+def test_the_hint_names_the_default_control_too(registry):
+    with pytest.raises(IncompatiblePairError, match=f"also executes '{VEL}': choose it with --control {VEL}"):
+        pair(registry.model("twoway-vel"), registry.platform("twoway"), platform_options={"control": POS})
+
+
+@pytest.mark.parametrize("space", ["twoway.effort.v1", "twoway.zoom.v1"])  # sorting before and after the controls'
+def test_an_action_space_no_control_executes_is_refused_with_nothing_to_choose(registry, space):
+    spec = registry.model("twoway-pos")
+    adapter = spec.adapters[0]
+    other = attrs.evolve(spec, name="twoway-other",
+                         adapters=[attrs.evolve(adapter, contract=attrs.evolve(adapter.contract, action_space=space))])
+    with pytest.raises(IncompatiblePairError) as info:
+        pair(other, registry.platform("twoway"))
+    text = str(info.value)
+    assert f"the model produces '{space}', the platform executes '{VEL}'" in text and "--control" not in text
 
 
 def test_bind_uses_the_control_of_the_env_options(registry):

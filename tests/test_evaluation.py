@@ -10,7 +10,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from wamcore.specs import Episode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import wamtest_eval  # noqa: E402
-from helpers_workers import TAG_ENV, TESTS, like_a_terminal, no_leaks, pid_gone, tagged_pids  # noqa: E402,F401
+from helpers_workers import TAG_ENV, TESTS, like_a_terminal, no_leaks, pid_gone, tagged_pids, wait_for  # noqa: E402,F401
 
 EVALTOY = ["--platform", "evaltoy", "--am-backend", "evaltoy-p"]
 
@@ -58,16 +57,6 @@ def records(out: Path) -> dict:
 
 def outcomes(out: Path) -> dict:
     return {k: (r["success"], r["steps"], r["stop_reason"]) for k, r in records(out).items()}
-
-
-def wait_for(predicate, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def marker_pid(directory: Path, prefix: str) -> int:
@@ -343,6 +332,17 @@ def test_queue_keeps_envs_and_spreads_first_episodes():
     assert queue.take(json.dumps({"task": 1}, sort_keys=True)).key == "t1/i1"  # same env when one is pending
     queue.put_back(a)
     assert queue.take(None).key == "t0/i0" and len(queue) == 6
+
+
+def test_queue_hands_out_each_episode_once_in_plan_order_then_none():
+    eps = [Episode(key=f"t{t}/i{i}", env_options={"task": t}, reset={"init": i}) for t in range(2) for i in range(2)]
+    queue = EpisodeQueue(eps)
+    assert [e.key for e in queue.first_episodes(9)] == ["t0/i0", "t1/i0", "t0/i1", "t1/i1"]  # new envs first, then plan order
+    assert len(queue) == 4  # first_episodes only looks
+    held = [json.dumps({"task": t}, sort_keys=True) for t in range(2)]
+    assert queue.take(None, held=held).key == "t0/i0"  # every env held: plan order
+    assert [queue.take(None).key for _ in range(3)] == ["t0/i1", "t1/i0", "t1/i1"]
+    assert len(queue) == 0 and queue.take(None) is None and queue.first_episodes(2) == []
 
 
 def test_progress_on_a_terminal_and_in_a_log():

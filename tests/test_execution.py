@@ -45,6 +45,12 @@ def test_stops_at_native_success_at_the_third_action(line_registry, env):
     assert env.steps == 3 and env.position == pytest.approx(0.3)
 
 
+def test_success_in_a_later_chunk_counts_every_chunk_it_took(line_registry, env):
+    model = client(line_registry, ScriptedModel([np.zeros((4, 1)), np.full((4, 1), 0.1)]))
+    result = wam_act(model, env, max_chunks=3)
+    assert (result.stop_reason, result.steps, result.chunks) == ("native_success", 7, 2)
+
+
 def test_budget_stops_inside_a_chunk(line_registry, env):
     env.max_steps = 6
     model = client(line_registry, ScriptedModel([np.full((4, 1), -0.01)]))
@@ -52,6 +58,13 @@ def test_budget_stops_inside_a_chunk(line_registry, env):
     assert (result.stop_reason, result.steps, result.chunks, env.steps) == ("budget_exhausted", 6, 2, 6)
     again = wam_act(model, env, max_chunks=1)
     assert (again.stop_reason, again.steps, again.chunks) == ("budget_exhausted", 0, 0)
+
+
+def test_a_budget_used_up_by_the_last_chunk_is_budget_exhausted_not_completed(line_registry, env):
+    env.max_steps = 300  # above the integers Python shares: compared by value
+    model = client(line_registry, ScriptedModel([np.zeros((4, 1))]))
+    result = wam_act(model, env, max_chunks=75)
+    assert (result.stop_reason, result.steps, result.chunks) == ("budget_exhausted", 300, 75)
 
 
 def test_completed_after_max_chunks(line_registry, env):
@@ -115,7 +128,8 @@ def test_episode_runs_until_native_success(line_registry, line_plugin):
     assert result.to_json()["key"] == "seed=3"
 
 
-def test_evaluate_reuses_envs_with_equal_options(line_registry, line_plugin):
+@pytest.mark.parametrize("tolerances", [(0.05, 0.1), (0.1, 0.05)])
+def test_evaluate_reuses_envs_with_equal_options(line_registry, line_plugin, tolerances):
     platform = line_registry.platform("line")
     model = LocalModel(ModelService(line_registry.model("line-p"), ModelConfig(platform="line"), native=line_plugin.ProportionalModel())).bind(platform)
     made = []
@@ -124,11 +138,24 @@ def test_evaluate_reuses_envs_with_equal_options(line_registry, line_plugin):
         made.append(options)
         return platform.create(**options)
 
-    episodes = [Episode(key=f"{t}-{s}", env_options={"tolerance": t}, reset={"seed": s}) for t in (0.05, 0.1) for s in range(3)]
+    episodes = [Episode(key=f"{t}-{s}", env_options={"tolerance": t}, reset={"seed": s}) for t in tolerances for s in range(3)]
     rows = [r.to_json() for r in evaluate(model, make_env, episodes, platform="line")]
-    assert len(made) == 2 and [r["key"] for r in rows] == [e.key for e in episodes]
+    assert made == [{"tolerance": t} for t in tolerances] and [r["key"] for r in rows] == [e.key for e in episodes]
     summary = summarize(rows)
     assert summary["episodes"] == 6 and summary["success_rate"] == 1.0
+    assert summary["stop_reasons"] == {"native_success": 6}
+
+
+def test_summarize_counts_and_averages_the_records():
+    rows = [{"success": True, "steps": 3, "stop_reason": "native_success"},
+            {"success": False, "steps": 9, "stop_reason": "budget_exhausted"},
+            {"success": False, "steps": 6, "stop_reason": "budget_exhausted"}]
+    summary = summarize(rows)
+    assert (summary["episodes"], summary["successes"], summary["mean_steps"]) == (3, 1, 6.0)
+    assert summary["success_rate"] == pytest.approx(1 / 3)
+    assert summary["stop_reasons"] == {"native_success": 1, "budget_exhausted": 2}
+    assert summarize([]) == {"episodes": 0, "successes": 0, "success_rate": 0.0, "ci95": [0.0, 1.0],
+                             "mean_steps": 0.0, "stop_reasons": {}}
 
 
 def test_wilson_interval():

@@ -43,11 +43,31 @@ def test_every_mismatch_is_named(line_plugin, line_registry):
         "camera 'primary' must be 16x16 (HxW); the platform renders 8x32",
         "camera 'depth' (any size) is not provided by the platform (it has: primary 8x32)",
         "state 'position' must have 2 values; the platform gives 1",
-        "state 'velocity' (1) is not provided",
+        "state 'velocity' (1) is not provided by the platform (it has: ['position', 'target'])",
         "chunk size 12 is outside the platform's executable bounds [1, 8]",
         "Models with an adapter for 'line': line-p",
     ]:
         assert expected in text
+    assert "--control" not in text  # no control of 'line' executes positions: nothing to choose
+
+
+@pytest.mark.parametrize("chunk, fits", [(1, False), (2, True), (8, True), (9, False)])
+def test_a_chunk_at_the_controls_bounds_fits_and_one_past_them_does_not(line_plugin, chunk, fits):
+    control = attrs.evolve(line_plugin.LINE_CONTROL, chunk_min=2)  # executes chunks of 2 to 8 actions
+    contract = attrs.evolve(line_plugin.LINE_ADAPTER.contract, chunk_size=chunk)
+    problems = contract_problems(contract, line_plugin.LINE_OBSERVATION, control)
+    assert problems == ([] if fits else [f"chunk size {chunk} is outside the platform's executable bounds [2, 8]"])
+
+
+def test_sizes_are_compared_by_value_however_large(line_plugin):
+    """Dims and state sizes above the small integers Python shares still fit when equal."""
+    names = [f"joint{i}" for i in range(300)]
+    control = attrs.evolve(line_plugin.LINE_CONTROL, action_names=names, low=None, high=None)
+    contract = attrs.evolve(line_plugin.LINE_ADAPTER.contract, action_dim=int("300"), state={"position": int("1000")})
+    observation = attrs.evolve(line_plugin.LINE_OBSERVATION, state={"position": int("1000"), "target": 1})
+    assert contract_problems(contract, observation, control) == []
+    assert contract_problems(attrs.evolve(contract, action_dim=301), observation, control) == [
+        "action dim: the model produces 301, the platform takes 300"]
 
 
 def test_no_adapter_names_what_the_model_supports(line_plugin, line_registry):

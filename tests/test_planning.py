@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 
 from wamcore import ActionError, CapabilityError, ConfigurationError, PredictRequest, Registry
+from wamcore.contracts import Prediction
+from wamcore.errors import PredictionError
 from wamcore.execution import run_episode
-from wamcore.planning import BestOfN, candidate_seeds, goal_scorer, planner_for
+from wamcore.planning import BestOfN, Scorer, candidate_seeds, goal_scorer, planner_for, value_scorer
 from wamcore.runtime import WorkerConfig, open_model
 
 from wam_pointmass import plugin
@@ -152,6 +154,72 @@ def test_ties_go_to_the_lowest_index_and_a_nan_never_wins(pit_wam, scores, chose
     plan = BestOfN(pit_wam, len(scores), lambda request, predictions: scores).plan(PredictRequest(observation=obs, seed=2))
     assert plan.chosen == chosen
     np.testing.assert_array_equal(plan.actions, plan.candidates[chosen])
+
+
+def test_a_scorer_without_conditioning_scores_the_samples_own_predictions_or_the_given_chunks(pit_wam):
+    seen = []
+
+    def score(request, predictions):
+        seen.append(list(predictions))
+        return [0.0] * len(predictions)
+
+    obs = PointMassEnv(family="pit").reset(seed=3)
+    planner = BestOfN(pit_wam, 3, score)
+    plan = planner.plan(PredictRequest(observation=obs, seed=3))
+    assert all(p.future_observations and p.values is not None for p in seen[0])  # the model's own answers
+    assert [p.to_wire() for p in seen[0]] == [p.to_wire() for p in plan.predictions]
+    chunks = [np.zeros((8, 2), np.float32), np.full((8, 2), 0.5, np.float32)]
+    planner.plan(PredictRequest(observation=obs), candidates=chunks)
+    assert [p.future_observations for p in seen[1]] == [None, None]  # nothing was asked of the model
+    for given, scored in zip(chunks, seen[1]):
+        np.testing.assert_array_equal(scored.actions, given)
+
+
+def test_the_value_scorer_needs_the_value_it_reads():
+    scorer = value_scorer(2)
+    actions = np.zeros((8, 2), np.float32)
+    for values, returned in ((None, "None"), ([0.5], "1"), ([0.5, 0.5], "2")):
+        with pytest.raises(PredictionError, match=rf"needs values\[2\]; the model returned {returned} values"):
+            scorer.fn(None, [Prediction(actions=actions, values=[0.1, 0.2, 0.3]), Prediction(actions=actions, values=values)])
+    assert scorer.fn(None, [Prediction(actions=actions, values=[0.1, 0.2, 0.75])]) == [0.75]
+    assert value_scorer().fn(None, [Prediction(actions=actions, values=[0.25, 0.75])]) == [0.25]  # the first value
+
+
+def test_a_scorer_needing_a_capability_the_core_does_not_know_is_refused(pit_wam):
+    with pytest.raises(CapabilityError, match="does not declare telepathy"):
+        BestOfN(pit_wam, 2, Scorer("mind", lambda request, predictions: [0.0] * len(predictions), requires=("telepathy",)))
+
+
+def test_the_other_candidates_seeds_follow_the_episode_seed():
+    assert candidate_seeds(11, 0, 4)[0] == 11 and candidate_seeds(None, 0, 2)[0] is None
+    for a, b in ((11, 12), (11, 13), (2**63 - 1, 0)):  # every bit of a valid seed counts
+        assert candidate_seeds(a, 0, 4)[1:] != candidate_seeds(b, 0, 4)[1:]
+    assert candidate_seeds(11, 0, 4) == candidate_seeds(11, 0, 4)
+
+
+def test_a_scorer_must_score_every_candidate_once(pit_wam):
+    obs = PointMassEnv(family="pit").reset(seed=1)
+    chunks = [np.zeros((8, 2), np.float32), np.full((8, 2), 0.5, np.float32)]
+    for scores in ([1.0], [1.0, 2.0, 3.0]):
+        planner = BestOfN(pit_wam, 2, lambda request, predictions, scores=scores: scores)
+        with pytest.raises(PredictionError, match=f"returned {len(scores)} scores for 2 candidates"):
+            planner.plan(PredictRequest(observation=obs), candidates=chunks)
+
+
+def test_the_goal_scorer_needs_a_predicted_frame_of_its_camera():
+    request = PredictRequest(observation=PointMassEnv().reset(seed=0))
+    actions = np.zeros((8, 2), np.float32)
+    frame = {"primary": np.zeros((8, 8, 3), np.uint8)}
+    for scorer, futures, needs in ((goal_scorer(lambda f: 0.0), None, "any camera"),
+                                   (goal_scorer(lambda f: 0.0, camera="wrist"), frame, "wrist")):
+        with pytest.raises(PredictionError, match=rf"needs a predicted future frame \({needs}\)"):
+            scorer.fn(request, [Prediction(actions=actions, future_observations=futures)])
+
+
+def test_an_unknown_score_is_refused(pit_wam):
+    for score in ("distance", "zeal"):  # sorting before and after "goal"
+        with pytest.raises(ConfigurationError, match=f"unknown scorer '{score}'"):
+            planner_for(pit_wam, PointMassEnv(), 2, score)
 
 
 def test_proposed_candidates_are_validated_before_any_request(pit_wam):

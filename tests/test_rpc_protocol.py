@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import msgpack
@@ -16,7 +15,7 @@ import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers beside the tests
 
-from helpers_workers import no_leaks, scripted_env, served, worker_env  # noqa: E402,F401
+from helpers_workers import no_leaks, scripted_env, served, wait_for, worker_env  # noqa: E402,F401
 
 import wamtest_scripted as toy  # noqa: E402
 from wamcore import wire  # noqa: E402
@@ -341,10 +340,7 @@ def test_a_spawned_workers_token_travels_in_its_environment_not_its_command_line
 
 
 def wait_for_log(w, text: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in w.output():
-        assert time.monotonic() < deadline, f"{text!r} never appeared in the worker log"
-        time.sleep(0.05)
+    wait_for(lambda: text in w.output(), timeout, f"{text!r} in the worker log")
 
 
 def test_idle_session_expires_and_client_reopens_one(tmp_path):

@@ -46,8 +46,11 @@ def _with_state(name, value):
     "obs,problem",
     [
         (_with_image("primary", np.zeros((4, 6, 3), np.float32)), "dtype must be uint8"),
+        (_with_image("primary", np.zeros((4, 6, 3), np.int8)), "dtype must be uint8"),
+        (_with_image("primary", np.zeros((4, 6, 3), bool)), "dtype must be uint8"),
         (_with_image("primary", np.zeros((4, 6), np.uint8)), "shape must be (H, W, 3)"),
         (_with_image("primary", np.zeros((4, 6, 4), np.uint8)), "shape must be (H, W, 3)"),
+        (_with_image("primary", np.zeros((4, 6, 2), np.uint8)), "shape must be (H, W, 3)"),
         (_with_image("primary", np.zeros((5, 6, 3), np.uint8)), "size must be 4x6"),
         (_with_image("primary", [[0]]), "expected an HxWx3 uint8 array, got list"),
         (good_obs(images={"wrist": np.zeros((2, 2, 3), np.uint8)}), "camera 'primary' is missing"),
@@ -120,6 +123,16 @@ def test_bounds_allow_float_rounding_only():
         validate_actions(np.full((4, 3), 1.001, np.float32), CONTROL)
 
 
+def test_only_values_past_the_rounding_tolerance_are_reported_at_either_bound():
+    actions = np.full((4, 3), -1.0 - 1e-7, np.float32)  # at the low bound, within rounding
+    actions[1, 1] = 1.0 + 1e-7  # at the high bound, within rounding
+    actions[0, 0], actions[2, 2] = 1.001, -1.001
+    with pytest.raises(ActionError) as info:
+        validate_actions(actions, CONTROL)
+    assert list(info.value.problems) == ["1 value(s) beyond the low bound: [2, g]=-1.001",
+                                         "1 value(s) beyond the high bound: [0, x]=1.001"]
+
+
 def test_prediction_extras_must_be_declared():
     pred = Prediction(actions=np.zeros((4, 3)), values=[0.5], future_observations={"primary": np.zeros((4, 6, 3), np.uint8)})
     with pytest.raises(PredictionError) as info:
@@ -133,6 +146,21 @@ def test_malformed_prediction_extras():
     with pytest.raises(PredictionError) as info:
         validate_prediction(pred, Capabilities(future_observations=True, values=True), CONTRACT)
     assert {p.split(":")[0] for p in info.value.problems} == {"future 'primary'", "values must be a finite float vector, got array float32 (1,)"}
+
+
+@pytest.mark.parametrize("extras, problem", [
+    ({"future_observations": {"primary": np.zeros((6, 3), np.uint8)}}, "future 'primary': expected uint8 HxWx3"),
+    ({"future_observations": {"primary": np.zeros((4, 6, 3), np.float32)}}, "future 'primary': expected uint8 HxWx3"),
+    ({"future_observations": {"primary": np.zeros((2, 4, 6, 4), np.uint8)}}, "future 'primary': expected uint8 HxWx3"),
+    ({"values": np.array(["a", "b"])}, "values must be a finite float vector, got array <U1 (2,)"),
+    ({"values": np.zeros((2, 1))}, "values must be a finite float vector"),
+    ({"world_features": {"depth": np.array(["a"])}}, "world feature 'depth' must be a numeric array"),
+])
+def test_each_malformed_prediction_extra(extras, problem):
+    pred = Prediction(actions=np.zeros((4, 3)), **extras)
+    with pytest.raises(PredictionError) as info:
+        validate_prediction(pred, Capabilities(future_observations=True, values=True, world_features=True), CONTRACT)
+    assert [p for p in info.value.problems if problem in p], info.value.problems
 
 
 # ----------------------------------------------------------------------------- chunk bounds, requests
@@ -169,6 +197,7 @@ def request(seed=None, step=0, **options) -> PredictRequest:
 @pytest.mark.parametrize("req", [
     request(), request(seed=0), request(seed=2**63 - 1), request(seed=np.int64(7), step=2**63 - 1),
     request(steps=2**62, scale=-1e300, greedy=True, mode="exact", tag="x" * 100), request(steps=None),
+    request(steps=-2**63), request(steps=2**63 - 1),  # the int64 range, both ends
 ])
 def test_a_well_formed_request_passes(req):
     validate_request(req, CONTRACT, OPTIONS)
@@ -209,6 +238,12 @@ def test_state_beyond_the_float32_range_is_refused_before_a_model_turns_it_into_
     else:
         with pytest.raises(ObservationError, match=r"beyond the float32 range .* at \[1\]"):
             validate_observation(obs, CONTRACT)
+
+
+def test_a_flood_of_unknown_options_is_read_only_until_twenty_problems():
+    with pytest.raises(ObservationError) as info:
+        validate_request(request(**{f"o{i}": 1 for i in range(10_000)}), CONTRACT, OPTIONS)
+    assert 20 <= len(info.value.problems) <= 21 and "option 'o0'" in info.value.problems[0]
 
 
 def test_choices_on_a_typed_option_are_enforced():

@@ -24,7 +24,7 @@ import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers beside the tests
 
-from helpers_workers import no_leaks, served, wait_gone, worker_env  # noqa: E402,F401
+from helpers_workers import no_leaks, served, wait_for, wait_gone, worker_env  # noqa: E402,F401
 
 import wamtest_scripted as toy  # noqa: E402
 from wamcore import wire  # noqa: E402
@@ -242,7 +242,7 @@ def test_7_a_slow_sender_cannot_starve_other_clients(tmp_path):
     with sentinel(tmp_path, "--message-timeout", "2") as w:
         conn = connect_local(hello(w.endpoint)["local"])
         header = struct.pack("!2I", 1, 100)
-        stop = threading.Event()
+        stop, arriving = threading.Event(), threading.Event()
         closed = []
 
         def trickle():
@@ -251,6 +251,7 @@ def test_7_a_slow_sender_cannot_starve_other_clients(tmp_path):
                     if stop.wait(0.3):
                         return
                     conn.send(bytes([b]))
+                    arriving.set()
             except OSError:
                 closed.append(True)
 
@@ -258,11 +259,14 @@ def test_7_a_slow_sender_cannot_starve_other_clients(tmp_path):
         sender.start()
         try:
             with RemoteModel(w.endpoint, local_channel=False) as other:
-                for _ in range(6):  # over about 3 s, while the slow message is still arriving
-                    assert other.health(timeout_s=2.0)["status"] == "ok"
-                    time.sleep(0.5)
-            sender.join(30)
+                answered = 0
+                while sender.is_alive():  # for as long as the slow message is arriving (or 30 s of it)
+                    was_arriving = arriving.is_set()
+                    assert other.health(timeout_s=10.0)["status"] == "ok"
+                    answered += was_arriving
+                    sender.join(0.2)
             assert closed, "the worker never dropped a sender that took longer than --message-timeout"
+            assert answered >= 2  # answered while the message was arriving, not only before it
         finally:
             stop.set()
             sender.join()
@@ -399,13 +403,23 @@ def test_9_a_segment_queued_behind_a_slow_call_does_not_outlive_a_killed_parent(
         parent = subprocess.Popen([sys.executable, str(script), str(tmp_path / f"logs{i}")], env=ENV,
                                   stdout=subprocess.PIPE, text=True)
         record = json.loads(parent.stdout.readline())
-        time.sleep(0.3)  # the second request is queued in the busy worker
+        wait_for(lambda: waits_on_a_fresh_segment(parent.pid), 30, "the second request to be sent")
         parent.kill()
         parent.wait()
         parent.stdout.close()
         assert wait_gone(record["worker"], 30) is not None
-    time.sleep(0.5)
     assert shm_entries() - before == set()  # segments have no name: nothing can be left behind
+
+
+def waits_on_a_fresh_segment(pid: int) -> bool:
+    """``pid`` holds a client segment again (the first was retired at the timeout) and its main
+    thread sleeps: the request that carries the segment has been sent and waits for its answer."""
+    try:
+        links = [os.readlink(fd) for fd in glob.glob(f"/proc/{pid}/fd/*")]
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:  # a descriptor closed while we read: look again
+        return False
+    return state == "S" and any(link.startswith("/memfd:wamcore-arena") for link in links)
 
 
 PARENT_OPENING_FROM_A_THREAD = textwrap.dedent("""

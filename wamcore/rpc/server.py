@@ -201,7 +201,6 @@ def worker_details() -> dict:
 @attrs.define
 class _Session:
     last_used: float
-    predictions: int = 0
 
 
 @attrs.define
@@ -499,7 +498,6 @@ class WorkerServer:
             return self._info_wire
         if method == "predict":
             request = _predict_request(args.get("request"))
-            session.predictions += 1
             self._enqueue(_Pending(rid, sid, request, reply, time.perf_counter()))
             return _DEFERRED
         if method == "reset":

@@ -21,7 +21,8 @@ from websockets.sync.client import connect
 from test_openpi_serve import OPENPI, close, openpi_env, served, toy_request  # noqa: E402
 from test_worker_bounds import MiB, empty_maps, status  # noqa: E402  (the core's tests: on the path now)
 
-from helpers_workers import no_leaks  # noqa: E402,F401
+import wamtest_scripted as toy  # noqa: E402
+from helpers_workers import no_leaks, wait_for  # noqa: E402,F401
 from wam_openpi import codec  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("no_leaks"),
@@ -87,10 +88,13 @@ def test_3_idle_connections_make_room_at_the_cap(tmp_path):
 
 
 def test_4_a_connection_holds_one_message_while_its_request_is_answered(tmp_path):
-    with served(tmp_path, *OPENPI, "--max-message-mb", "16", "--predict-delay", "4") as worker:
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    with served(tmp_path, *OPENPI, "--max-message-mb", "16", "--predict-delay", "4",
+                env=openpi_env(**{toy.BUSY_DIR_ENV: str(busy)})) as worker:
         ws = opened(worker)
         ws.send(codec.packb(toy_request()))  # the model works on this one for 4 s
-        time.sleep(0.5)
+        wait_for(lambda: list(busy.glob("predicting-*")), 60, "the model to start on the request")
         before = status(worker.pid)["VmRSS"]
         flood = b"\0" * (15 * MiB)
 
@@ -163,7 +167,8 @@ def test_13_a_descriptor_flood_is_logged_briefly_and_the_limit_is_raised(tmp_pat
         assert worker.proc.poll() is None
         assert len(logged) < 40, f"{len(logged)} lines in 5 s:\n" + "\n".join(logged[:20])
         assert any("out of system resource" in line for line in logged)
-        time.sleep(1.5)
+        # no pause needed: while accepting is paused (asyncio retries after a second), a new
+        # connection waits in the listen backlog and is served once it resumes
         policy = WebsocketClientPolicy("127.0.0.1", worker.port)
         assert policy.infer(toy_request())["actions"].shape[1] == 2
         close(policy)
