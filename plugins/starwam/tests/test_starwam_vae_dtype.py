@@ -52,12 +52,10 @@ def test_a_bfloat16_vae_gives_float32_actions_within_tolerance_and_the_identity_
     assert 0 < max(differences) <= BF16_ATOL, differences  # changed (the cast took effect), and only a little
 
 
-@pytest.mark.parametrize("extra, message", [
-    ({"vae_dtype": "float16"}, "--vae-dtype must be one of float32, bfloat16, got 'float16'"),
-    ({"vae_dtype": "bfloat16", "policy_server": "5555"}, "--vae-dtype applies to a model loaded here"),
+@pytest.mark.parametrize("name, extra, message", [
+    ("mot", {"vae_dtype": "float16"}, "--vae-dtype must be one of float32, bfloat16, got 'float16'"),
+    ("robotwin", {"vae_dtype": "bfloat16", "policy_server": "5555"}, "--vae-dtype applies to a model loaded here"),
 ])
-def test_a_bad_vae_dtype_is_refused_before_the_model_loads(extra, message):
-    from wam_starwam.settings import Settings
-
+def test_a_bad_vae_dtype_is_refused_before_the_model_loads(test_weights, name, extra, message):
     with pytest.raises(ConfigurationError, match=message):
-        Settings.from_options("robotwin" if "policy_server" in extra else "libero", extra)
+        service(test_weights, name, **extra)
