@@ -30,7 +30,7 @@ def use_vae_dtype(backbone: Any, name: str) -> None:
     if impl is None:  # no Wan2.2_VAE.pth loaded: upstream's encode raises anyway; say why here, at load
         raise ConfigurationError(f"--vae-dtype {name} casts the backbone's Wan2.2 VAE, which this model has not "
                                  f"loaded ({type(vae).__name__}); check --backbone has Wan2.2_VAE.pth")
-    dtype = {"bfloat16": torch.bfloat16}[name]
+    dtype = getattr(torch, name)
     impl.model.to(dtype=dtype)  # upstream keeps the network outside the module tree (Wan2_2_VAE.model)
     vae._dtype = dtype  # Wan22VAE.encode (and decode) cast their input to it
 
