@@ -5,6 +5,10 @@
 # then: run(command="bash bench/device/call_starwam_speed.sh", carry=[".upstream"], kind="nvidia-h200", timeout_s=590)
 # About 5-6 minutes: LIBERO MoT (baseline, exactness, FLOPs, eager and CUDA graphs at batch 1..32,
 # the VAE alone, the worker's path), then RoboTwin MoT if more than 150 s of --budget-s are left.
+# --vae-dtype bfloat16 against float32 (CUDA graphs, batch 1, 16, 32), under 4 minutes, the rest skipped:
+#     run(command="bash bench/device/call_starwam_speed.sh --batches 1,16,32 --vae-bf16-batches 1,16,32
+#         --skip base,flops,libero_eager,vae,plugin --robotwin-batches '' --budget-s 180",
+#         carry=[".upstream"], kind="nvidia-h200", timeout_s=240)
 # Nothing else travels: StarWAM's inference needs torch, einops, pyyaml, safetensors, pillow and
 # pyarrow (imported, never used; stubbed if missing), wamcore needs attrs, numpy and pluggy, all on
 # the image. Extra arguments go to the bench. Its JSON is rewritten after every stage, so a

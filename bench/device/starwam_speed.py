@@ -19,8 +19,15 @@ each written to ``--out`` as soon as it is done (a timeout still returns what wa
   plugin     the worker's whole path with CUDA graphs per batch size (``--plugin-batches``):
              adapter-encoded uint8 frames through ``LiberoModel.predict_native_batch`` (frames to
              the device, text lookup, noise, replay, one copy back, action restoration)
+  vae_bf16   ``--vae-dtype bfloat16`` (``--vae-bf16-batches``; not run by default): the LIBERO chunks
+             with CUDA graphs (off CUDA: eager) at float32, then the VAE cast to bfloat16 and the
+             same sweep; per batch size the max abs difference of the bf16 chunks from float32's
+             (same inputs, same seeds) and the speed-up against the float32 sweep of this run
   robotwin   the RoboTwin MoT recipe: exactness at batch 1, eager and graphs at a few batch sizes
              (``--robotwin-batches ''`` skips it)
+
+``--skip`` names stages not to run (``--skip base,flops,libero_eager,vae,plugin`` with
+``--robotwin-batches ''`` leaves build, exactness, graphs and ``vae_bf16``).
 
 Run on the H200 (see docs/models/starwam.md for the device call)::
 
@@ -56,11 +63,18 @@ ap.add_argument("--width", type=int, default=256, help="DiT width at reduced dep
 ap.add_argument("--batches", default="1,2,4,8,16,32")
 ap.add_argument("--robotwin-batches", default="1,4,16")
 ap.add_argument("--plugin-batches", default="1,16,32")
+ap.add_argument("--vae-bf16-batches", default="", help="batch sizes of the vae_bf16 stage ('': not run)")
+ap.add_argument("--skip", default="", help="stages not to run, comma-separated (peak, base, exact, flops, "
+                                           "libero_eager, libero_graphs, vae, plugin)")
 ap.add_argument("--steps", type=int, default=0, help="denoising steps; 0: the family's (LIBERO MoT 8, RoboTwin 4)")
 ap.add_argument("--n", type=int, default=8, help="timed calls per figure (p50)")
 ap.add_argument("--warm", type=int, default=2, help="untimed calls before them")
 ap.add_argument("--budget-s", type=float, default=480, help="stop starting new measurements after this")
 args = ap.parse_args()
+SKIPPABLE = {"peak", "base", "exact", "flops", "libero_eager", "libero_graphs", "vae", "plugin"}
+SKIP = {s for s in args.skip.split(",") if s}
+if SKIP - SKIPPABLE:
+    ap.error(f"--skip: unknown stages {sorted(SKIP - SKIPPABLE)}; these can be skipped: {sorted(SKIPPABLE)}")
 
 T0 = time.time()
 CUDA = torch.cuda.is_available()
@@ -80,6 +94,10 @@ def save() -> None:
 def stage(name: str):
     """Run a stage, record its error instead of stopping, save after it."""
     def wrap(fn):
+        if name in SKIP:
+            res[name] = "not run: --skip"
+            save()
+            return fn
         try:
             fn()
         except Exception as exc:  # a failed stage must not cost the others' figures
@@ -393,6 +411,50 @@ def _plugin():
         out[f"B{b}"] = {"ms": ms, "per_obs_ms": round(ms / b, 2), "ok": all(not isinstance(g, Exception) for g in got)}
         if not out[f"B{b}"]["ok"]:
             out[f"B{b}"]["error"] = repr(next(g for g in got if isinstance(g, Exception)))[:400]
+        save()
+
+
+@stage("vae_bf16")
+def _vae_bf16():
+    """float32 chunks first (the cast frees the float32 VAE weights the float32 graphs read),
+    then ``wam_starwam.vae.use_vae_dtype`` as the worker applies it, and the same sweep."""
+    if not args.vae_bf16_batches:
+        res["vae_bf16"] = "not run: --vae-bf16-batches ''"
+        return
+    from wam_starwam.batched import FirstFrameMoT
+    from wam_starwam.vae import use_vae_dtype
+
+    model, cfg, steps = lib["model"], lib["cfg"], lib["steps"]
+    vae_batches = [int(b) for b in args.vae_bf16_batches.split(",")]
+    label = "graphs" if CUDA else "eager"
+
+    def composer():
+        made = FirstFrameMoT(model, horizon=32, steps=steps, num_video_frames=lib["composer"].num_video_frames)
+        if CUDA:
+            made.use_cuda_graphs()
+        return made
+
+    def chunks(run, b):
+        x = inputs(model, cfg, "libero", b)
+        with torch.no_grad():
+            return run(*x, list(range(100, 100 + b))).float().cpu()
+
+    float32 = lib.pop("graphed", None) if CUDA else lib["composer"]
+    float32 = float32 or composer()
+    reference = {b: chunks(float32, b) for b in vae_batches}
+    del float32
+    use_vae_dtype(model.backbone, "bfloat16")
+    bf16 = composer()
+    out = res["vae_bf16"] = {"what": f"LIBERO MoT chunks, {label}, VAE in bfloat16 (--vae-dtype bfloat16)",
+                             "vs_float32_max_abs": {}, "speedup_vs_float32": {}}
+    rows = sweep("libero", model, cfg, bf16, vae_batches, f"{label}_vae_bf16", lib.get("flops"))
+    for b in vae_batches:
+        if not isinstance(rows.get(f"B{b}"), dict) or "ms" not in rows[f"B{b}"]:
+            continue
+        out["vs_float32_max_abs"][f"B{b}"] = float((chunks(bf16, b) - reference[b]).abs().max())
+        base = res["libero"].get(label, {}).get(f"B{b}")
+        if isinstance(base, dict) and "ms" in base:
+            out["speedup_vs_float32"][f"B{b}"] = round(base["ms"] / rows[f"B{b}"]["ms"], 3)
         save()
 
 

@@ -18,6 +18,7 @@ from wamcore import Option
 from wamcore.errors import ConfigurationError
 
 from .families import NAMES, Family, family
+from .vae import VAE_DTYPES
 
 OPTIONS = (
     Option("checkpoint-family", type="choice", choices=NAMES, default="mot",
@@ -44,6 +45,9 @@ OPTIONS = (
     Option("cuda-graphs", type="bool", default=False,
            help="Capture the batched path (VAE encode, video-DiT prefill, denoising steps) as CUDA graphs, one per "
                 "batch-size bucket (1, 2, 4, 8, 16, 32), and replay them (MoT families, CUDA only)."),
+    Option("vae-dtype", type="choice", choices=VAE_DTYPES, default="float32",
+           help="The Wan2.2 VAE encoder's precision: float32 (upstream's) or bfloat16 (faster on a GPU; actions within "
+                "the tolerance in docs/models/starwam.md)."),
     Option("starwam-root", type="path", help="The StarWAM checkout (default: $STARWAM_ROOT, else the editable install's)."),
     Option("recipe", type="path", help="A recipe YAML of your own instead of the family's (examples/*/configs/recipes)."),
     Option("am-pins", type="path", help="Pin file {\"pins\": {name: sha256}} adding to the shipped StarWAM pins."),
@@ -101,6 +105,7 @@ class Settings:
     noise_seed: Optional[int]
     fixed_seed: bool
     cuda_graphs: bool = False
+    vae_dtype: str = "float32"
     backbone: Optional[str] = None
     action_stats: Optional[str] = None
     text_cache: Optional[str] = None
@@ -132,6 +137,11 @@ class Settings:
                             "(see docs/models/starwam.md)")
         if graphs and server:
             problems.append("--cuda-graphs applies to a model loaded here, not to --policy-server")
+        vae_dtype = str(options.get("vae_dtype") or "float32").strip().lower()
+        if vae_dtype not in VAE_DTYPES:
+            problems.append(f"--vae-dtype must be one of {', '.join(VAE_DTYPES)}, got {options.get('vae_dtype')!r}")
+        if vae_dtype != "float32" and server:
+            problems.append("--vae-dtype applies to a model loaded here, not to --policy-server")
         if fixed and seed is None and fam.noise_seed is None:
             problems.append("--fixed-seed needs --noise-seed on RoboTwin (the server's default is no seed)")
         if problems:
@@ -144,6 +154,7 @@ class Settings:
             noise_seed=seed if seed is not None else fam.noise_seed,
             fixed_seed=fixed,
             cuda_graphs=graphs,
+            vae_dtype=vae_dtype,
             backbone=options.get("backbone"),
             action_stats=options.get("action_stats"),
             text_cache=options.get("text_cache"),
@@ -169,6 +180,7 @@ class Settings:
             "noise_seed": self.noise_seed,
             "fixed_seed": self.fixed_seed,
             "cuda_graphs": self.cuda_graphs,
+            "vae_dtype": self.vae_dtype,
         }
 
 

@@ -37,6 +37,7 @@ from .normalization import Stats, load_stats
 from .robotwin import ACTION_DIM as ROBOTWIN_DIM
 from .robotwin import compose_image
 from .settings import Settings
+from .vae import use_vae_dtype
 
 #: a marker the test-weight generator writes beside what it generates (``testweights``)
 RANDOM_MARKER = "STARWAM_RANDOM_TEST_WEIGHTS.json"
@@ -293,6 +294,7 @@ def _load_libero(recipe: Path, overrides: list, files, settings: Settings, stats
     model = build_framework(cfg, device=str(device), dtype=dtype).to(device)
     loaded = checkpoint.load_into(model, files.checkpoint)
     model.eval()
+    use_vae_dtype(model.backbone, settings.vae_dtype)
     text_dim = int(model.backbone.info.text_dim)
     native = LiberoModel(model, cfg, settings, stats, TextConditioning(settings, files.backbone, text_dim, device, dtype),
                          device, dtype)
@@ -377,6 +379,7 @@ def _load_robotwin(recipe: Path, overrides: list, files, settings: Settings, dev
     )
     expected = set(policy.model.state_dict())
     checkpoint.check_coverage(sorted(expected - set(checkpoint.load_state(files.checkpoint))), files.checkpoint)
+    use_vae_dtype(policy.model.backbone, settings.vae_dtype)
     text_dim = int(policy.model.backbone.info.text_dim)
     native = RoboTwinModel(policy, settings, TextConditioning(settings, files.backbone, text_dim, policy.device, policy.dtype))
     native.batch_with(*composer_for(policy.model, horizon=HORIZON, steps=policy.num_inference_steps,
