@@ -64,6 +64,9 @@ STEP_RAD = 0.5
 #: the handle of a LIBERO wooden cabinet's drawer in the drawer body's frame (measured from
 #: the handle geoms of ``wooden_cabinet``: LIBERO ``assets/articulated_objects/wooden_cabinet``)
 CABINET_HANDLE = {"top": (-0.003, -0.102, 0.184), "middle": (-0.003, -0.102, 0.110), "bottom": (-0.003, -0.102, 0.041)}
+#: the inside of a LIBERO wooden cabinet's drawer, x (across the front) and y (depth) in the
+#: drawer body's frame, between its walls (measured like ``CABINET_HANDLE``)
+DRAWER_INSIDE = ((-0.099, 0.106), (-0.065, 0.087))
 #: a drawer counts as open below this slide position (LIBERO ``WoodenCabinet`` default_open_ranges)
 DRAWER_OPEN = -0.14
 #: the stove counts as on from this knob angle (LIBERO ``FlatStove`` default_turnon_ranges)
@@ -174,11 +177,20 @@ class OraclePolicy:
         centre = (ext[:3] + ext[3:]) / 2
         size = ext[3:] - ext[:3]
         grasp = centre.copy()
+        if ep.phase in ("start", "approach"):  # kept for the attempt, the object once out of the drawer
+            ep.memo["across"] = self._drawer_across(state, centre)
+        across = ep.memo["across"]
+        if across is not None:  # in a drawer: its walls leave room only at the sides, across the front
+            ep.memo["wanted"] = _rot([0, 0, 1], self._grip_turn(ep.memo["down"], across[0])) @ ep.memo["down"]
         if size[0] > 0.1 and size[1] > 0.1:  # a bowl or a plate: wider than the open hand, take its rim
-            near = eef[1] < centre[1]
-            if ep.attempts % 2:  # the other side after a miss (a neighbour may be in the way)
-                near = not near
-            grasp[1] = ext[1] + 0.012 if near else ext[4] - 0.012
+            if across is not None:
+                side = -across[1] if ep.attempts % 2 else across[1]  # the roomier side first
+                grasp[:2] += side * (size[:2].mean() / 2 - 0.012) * across[0][:2]
+            else:
+                near = eef[1] < centre[1]
+                if ep.attempts % 2:  # the other side after a miss (a neighbour may be in the way)
+                    near = not near
+                grasp[1] = ext[1] + 0.012 if near else ext[4] - 0.012
             grasp[2] = max(ext[5] - 0.02, ext[2] + 0.008)
         else:
             grasp[2] = max(ext[2] + 0.015, ext[5] - 0.03)
@@ -190,7 +202,8 @@ class OraclePolicy:
                 ep.memo["clear"] = ep.memo.get("clear", 0.0) + 0.05
                 ep.still = 0
             aim = grasp + [0, 0, 0.10]
-            if np.linalg.norm((aim - eef)[:2]) < 0.01 and abs(aim[2] - eef[2]) < 0.02:
+            turned = ep.memo.get("turn_error", 1.0) < 0.1 or ep.count * self.chunk >= 60
+            if np.linalg.norm((aim - eef)[:2]) < 0.01 and abs(aim[2] - eef[2]) < 0.02 and turned:
                 ep.go("descend")
             else:
                 if np.linalg.norm((aim - eef)[:2]) > 0.02:  # over there first, then down
@@ -219,15 +232,14 @@ class OraclePolicy:
             if eef[2] > ep.memo["lift_z"] - 0.03:
                 if not held:
                     return self._retry(ep)
-                ep.memo["offset"] = centre[:2] - eef[:2]  # where the object hangs under the hand
                 ep.go("carry")
             else:
                 return np.r_[_toward(eef, aim), 0, 0, 0, CLOSE]
         if ep.phase in ("carry", "lower") and not held:
             return self._retry(ep)
         if ep.phase == "carry":
-            aim = np.r_[place[:2] - ep.memo["offset"], ep.memo["lift_z"]]
-            if np.linalg.norm(place[:2] - centre[:2]) < 0.012:
+            aim = np.r_[eef[:2] + place[:2] - centre[:2], ep.memo["lift_z"]]  # as the object hangs now
+            if np.linalg.norm(place[:2] - centre[:2]) < 0.012 or (ep.still >= 3 and np.linalg.norm(place[:2] - centre[:2]) < 0.03):
                 ep.go("lower")
             else:
                 return np.r_[_toward(eef, aim), 0, 0, 0, CLOSE]
@@ -263,6 +275,29 @@ class OraclePolicy:
                 if body in state["bodies"] and joint in state["joints"]:
                     return body, joint, level
         return None
+
+    @staticmethod
+    def _drawer_across(state, point):
+        """``(axis, side)`` when ``point`` lies inside a cabinet drawer: the world direction
+        across the drawer's front and the sign (-1 or +1) of the side with more room."""
+        for body, pose in state["bodies"].items():
+            level = body.rsplit("_", 1)[-1]
+            if "_cabinet_" not in body or level not in CABINET_HANDLE:
+                continue
+            r = _quat_mat(pose[3:])
+            local = r.T @ (np.asarray(point) - pose[:3])
+            (x0, x1), (y0, y1) = DRAWER_INSIDE
+            if x0 < local[0] < x1 and y0 < local[1] < y1 and abs(local[2] - CABINET_HANDLE[level][2]) < 0.06:
+                return r[:, 0], (1.0 if x1 - local[0] > local[0] - x0 else -1.0)
+        return None
+
+    @staticmethod
+    def _grip_turn(down, axis):
+        """The turn about the vertical (within a quarter turn) that lines the fingers' closing
+        axis (the hand's y) up with ``axis``."""
+        fingers = down[:, 1]
+        turn = np.arctan2(axis[1], axis[0]) - np.arctan2(fingers[1], fingers[0])
+        return (turn + np.pi / 2) % np.pi - np.pi / 2
 
     def _closed_drawer(self, state, region):
         drawer = self._drawer(state, region)
