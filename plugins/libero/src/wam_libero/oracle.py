@@ -198,15 +198,16 @@ class OraclePolicy:
         if ep.phase == "start":
             ep.go("approach")
         if ep.phase == "approach":
-            if ep.still >= 3:  # blocked on the way (an open drawer, a shelf): pass higher
-                ep.memo["clear"] = ep.memo.get("clear", 0.0) + 0.05
-                ep.still = 0
             aim = grasp + [0, 0, 0.10]
+            off = np.linalg.norm((aim - eef)[:2])
             turned = ep.memo.get("turn_error", 1.0) < 0.1 or ep.count * self.chunk >= 60
-            if np.linalg.norm((aim - eef)[:2]) < 0.01 and abs(aim[2] - eef[2]) < 0.02 and turned:
-                ep.go("descend")
+            if turned and ((off < 0.01 and abs(aim[2] - eef[2]) < 0.02) or (ep.still >= 3 and off < 0.03)):
+                ep.go("descend")  # there, or as near as the arm gets (at the edge of its reach)
             else:
-                if np.linalg.norm((aim - eef)[:2]) > 0.02:  # over there first, then down
+                if ep.still >= 3:  # blocked on the way (an open drawer, a shelf): pass higher
+                    ep.memo["clear"] = ep.memo.get("clear", 0.0) + 0.05
+                    ep.still = 0
+                if off > 0.02:  # over there first, then down
                     aim[2] = max(aim[2], eef[2]) + ep.memo.get("clear", 0.0)
                 return np.r_[_toward(eef, aim), 0, 0, 0, OPEN]
         if ep.phase == "descend":
@@ -222,20 +223,21 @@ class OraclePolicy:
                 return np.r_[_toward(eef, grasp), 0, 0, 0, OPEN]
         if ep.phase == "grasp":
             if ep.count * self.chunk >= GRIPPER_STEPS:
-                ep.memo.update(lift_z=max(eef[2] + 0.15, place[2] + size[2] + 0.12), bottom=ext[2])
+                rise = 0.06 if ext[2] > place[2] + 0.1 else 0.15  # off a raised surface, down to the target: less
+                ep.memo.update(lift_z=max(eef[2] + rise, place[2] + size[2] + 0.12), bottom=ext[2])
                 ep.go("lift")
             else:
                 return np.r_[_toward(eef, grasp), 0, 0, 0, CLOSE]
-        held = ext[2] > ep.memo.get("bottom", -np.inf) + 0.02  # the object came up with the hand
         if ep.phase == "lift":
             aim = np.r_[eef[:2], ep.memo["lift_z"]]
             if eef[2] > ep.memo["lift_z"] - 0.03:
-                if not held:
+                if ext[2] < ep.memo["bottom"] + 0.02:  # the object did not come up with the hand
                     return self._retry(ep)
+                ep.memo["hang"] = eef[2] - ext[2]  # how far under the hand it hangs
                 ep.go("carry")
             else:
                 return np.r_[_toward(eef, aim), 0, 0, 0, CLOSE]
-        if ep.phase in ("carry", "lower") and not held:
+        if ep.phase in ("carry", "lower") and eef[2] - ext[2] > ep.memo["hang"] + 0.03:  # it fell
             return self._retry(ep)
         if ep.phase == "carry":
             aim = np.r_[eef[:2] + place[:2] - centre[:2], ep.memo["lift_z"]]  # as the object hangs now
