@@ -182,14 +182,18 @@ class OraclePolicy:
         across = ep.memo["across"]
         if across is not None:  # in a drawer: its walls leave room only at the sides, across the front
             ep.memo["wanted"] = _rot([0, 0, 1], self._grip_turn(ep.memo["down"], across[0])) @ ep.memo["down"]
-        if size[0] > 0.1 and size[1] > 0.1:  # a bowl or a plate: wider than the open hand, take its rim
+        rim = size[0] > 0.1 and size[1] > 0.1
+        if rim:  # a bowl or a plate: wider than the open hand, take its rim
             if across is not None:
                 side = -across[1] if ep.attempts % 2 else across[1]  # the roomier side first
                 grasp[:2] += side * (size[:2].mean() / 2 - 0.012) * across[0][:2]
             else:
-                near = eef[1] < centre[1]
-                if ep.attempts % 2:  # the other side after a miss (a neighbour may be in the way)
-                    near = not near
+                if "near" not in ep.memo:  # the side facing the hand, unless a neighbour stands there
+                    near = eef[1] < centre[1]
+                    if self._finger_blocked(state, obj, ext, near) and not self._finger_blocked(state, obj, ext, not near):
+                        near = not near
+                    ep.memo["near"] = near
+                near = ep.memo["near"] != bool(ep.attempts % 2)  # the other side after a miss
                 grasp[1] = ext[1] + 0.012 if near else ext[4] - 0.012
             grasp[2] = max(ext[5] - 0.02, ext[2] + 0.008)
         else:
@@ -239,15 +243,18 @@ class OraclePolicy:
                 return np.r_[_toward(eef, aim), 0, 0, 0, CLOSE]
         if ep.phase in ("carry", "lower") and eef[2] - ext[2] > ep.memo["hang"] + 0.03:  # it fell
             return self._retry(ep)
+        # what lands on the target: a bowl's or plate's foot (its body's origin) when it hangs tilted
+        base = np.asarray(state["objects"][obj][:2]) if rim else centre[:2]
         if ep.phase == "carry":
-            aim = np.r_[eef[:2] + place[:2] - centre[:2], ep.memo["lift_z"]]  # as the object hangs now
-            if np.linalg.norm(place[:2] - centre[:2]) < 0.012 or (ep.still >= 3 and np.linalg.norm(place[:2] - centre[:2]) < 0.03):
+            aim = np.r_[eef[:2] + place[:2] - base, ep.memo["lift_z"]]  # as the object hangs now
+            off = np.linalg.norm(place[:2] - base)
+            if off < 0.012 or (ep.still >= 3 and off < 0.03):
                 ep.go("lower")
             else:
                 return np.r_[_toward(eef, aim), 0, 0, 0, CLOSE]
         if ep.phase == "lower":
             drop = place[2] + 0.02 + (eef[2] - ext[2])
-            aim = np.r_[eef[:2] + place[:2] - centre[:2], drop]
+            aim = np.r_[eef[:2] + place[:2] - base, drop]
             if eef[2] - drop < 0.01 or ep.still >= 2:
                 ep.go("release")
             else:
@@ -415,6 +422,18 @@ class OraclePolicy:
                 ep.go("above")
             return np.r_[0, 0, 0.3, 0, 0, 0, OPEN]
         raise AssertionError(ep.phase)
+
+    @staticmethod
+    def _finger_blocked(state, obj, ext, near):
+        """Whether another object or fixture stands where the outer finger goes down beside the
+        rim of ``obj`` (the fingers open 0.08 m apart, along world y)."""
+        y = ext[1] - 0.028 if near else ext[4] + 0.028
+        x = (ext[0] + ext[3]) / 2
+        for name, other in state["extents"].items():
+            if name != obj and other[5] > ext[5] - 0.03 and other[0] < x + 0.02 and other[3] > x - 0.02 \
+                    and other[1] < y + 0.015 and other[4] > y - 0.015:
+                return True
+        return False
 
     def _retry(self, ep):
         """The object is not in the hand: open it, go up, start over."""
