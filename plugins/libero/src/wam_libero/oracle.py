@@ -226,15 +226,18 @@ class OraclePolicy:
             else:
                 return np.r_[_toward(eef, grasp), 0, 0, 0, OPEN]
         if ep.phase == "grasp":
+            grasp = ep.memo.setdefault("grasp_at", grasp)  # held still: the fingers may push the object
             if ep.count * self.chunk >= GRIPPER_STEPS:
-                rise = 0.06 if ext[2] > place[2] + 0.1 else 0.15  # off a raised surface, down to the target: less
+                ep.memo.pop("grasp_at")
+                # off a raised surface (not out of a drawer), down to the target: less
+                rise = 0.08 if ext[2] > place[2] + 0.1 and across is None else 0.15
                 ep.memo.update(lift_z=max(eef[2] + rise, place[2] + size[2] + 0.12), bottom=ext[2])
                 ep.go("lift")
             else:
                 return np.r_[_toward(eef, grasp), 0, 0, 0, CLOSE]
         if ep.phase == "lift":
             aim = np.r_[eef[:2], ep.memo["lift_z"]]
-            if eef[2] > ep.memo["lift_z"] - 0.03:
+            if eef[2] > ep.memo["lift_z"] - 0.02 or ep.still >= 2:
                 if ext[2] < ep.memo["bottom"] + 0.02:  # the object did not come up with the hand
                     return self._retry(ep)
                 ep.memo["hang"] = eef[2] - ext[2]  # how far under the hand it hangs
@@ -436,8 +439,7 @@ class OraclePolicy:
         return False
 
     def _retry(self, ep):
-        """The object is not in the hand: open it, go up, start over."""
-        ep.attempts += 1
+        """The object is not in the hand: open it, go up, start over (the retreat counts the attempt)."""
         ep.go("retreat")
         return np.r_[0, 0, 0.5, 0, 0, 0, OPEN]
 
