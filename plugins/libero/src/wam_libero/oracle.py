@@ -17,7 +17,7 @@ world y axis.
 
 Skills, chosen from the BDDL goal: ``on``/``in`` (pick and place: approach, descend, grasp,
 lift, carry, lower, release, then retreat and retry while the goal is not met; a bowl or
-a plate by its rim), ``open`` (a drawer: hold its handle from the front with the hand
+a plate by its rim, on a side clear of neighbours, or across the front of the drawer it is in), ``open`` (a drawer: hold its handle from the front with the hand
 level, pull; also first, when the goal puts something into a closed drawer), and ``turnon``
 (the stove: take the knob's grip ridge and turn the hand).
 """
