@@ -153,6 +153,27 @@ def test_wam_run_chooses_the_ee_control_for_lingbot_va(tmp_path, robotwin_root, 
     assert wrong.returncode == 2 and "choose it with --control robotwin.endpose.ee16.v1" in wrong.stderr
 
 
+def test_wam_run_realtime_hold_drives_the_real_server(tmp_path, robotwin_root, weights):
+    """``wam run --realtime --execution hold`` with upstream's real ``VA_Server`` (random
+    weights): 200 ms at 10 Hz holds the arm 2 steps before each 4-action request, and the
+    session feeds the server the keyframe after each wait (it would refuse an earlier one)."""
+    env = {k: v for k, v in os.environ.items() if k != "ROBOTWIN_ROOT"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(STUBS), env.get("PYTHONPATH")]))
+    cmd = [sys.executable, "-m", "wamcore", "run", "--platform", "robotwin", "--robotwin-root", str(robotwin_root),
+           "--am-backend", "lingbot-va", "--am-checkpoint", str(weights), "--device", "cpu", "--num-inference-steps", "1",
+           "--action-num-inference-steps", "1", "--save-root", str(tmp_path / "save"), "--max-chunks", "6",
+           "--realtime", "--execution", "hold", "--latency-ms", "200", "--control-hz", "10", "--json"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(proc.stdout)
+    rt = record["realtime"]
+    n = record["chunks"]
+    if record["stop_reason"] != "native_success":  # random weights may solve the stand-in task by chance
+        assert (n, record["steps"]) == (6, 36)
+    assert (rt["execution"], rt["skipped"], rt["waited"]) == ("hold", 0, 2 * n)
+    assert [c["step"] for c in rt["chunks"]] == [6 * k for k in range(n)]
+
+
 def test_under_realtime_hold_the_lingbot_session_sees_the_world_after_each_wait(robotwin_root):
     """``--realtime --execution hold`` with a stateful model: while a chunk is computed
     (200 ms at 10 Hz: 2 steps) the arm holds (first where it is, ``hold_action``, then the
