@@ -312,7 +312,7 @@ def check_whole_chunks(executions: Sequence[str], capabilities, model: str = "th
         raise WholeChunksOnly(
             f"--execution {','.join(overlapping)}: {model} declares whole_chunks (its state across chunks needs each "
             "chunk to run whole before the next request, which async and rtc do not wait for); use --execution hold "
-            "(the arm holds while a chunk is computed) or pause (docs/evaluation.md, 'Models with state across chunks')"
+            "(the robot holds while a chunk is computed) or pause (docs/evaluation.md, 'Models with state across chunks')"
         )
 
 
@@ -333,7 +333,6 @@ __all__ = [
     "NoHoldAction",
     "NoActionPrefix",
     "WholeChunksOnly",
-    "OVERLAPPING",
     "check_whole_chunks",
     "NoControlRate",
     "strategy_for",
