@@ -13,9 +13,9 @@ import attrs
 import numpy as np
 import pytest
 
-from wamcore import ActionError, CapabilityError, ModelConfig, ModelService, PredictRequest, PredictionError
+from wamcore import ActionError, Capabilities, CapabilityError, ModelConfig, ModelService, PredictRequest, PredictionError
 from wamcore.execution import run_episode
-from wamcore.realtime import NoActionPrefix, Realtime, strategy_for
+from wamcore.realtime import NoActionPrefix, Realtime, WholeChunksOnly, strategy_for
 
 from wam_pointmass import plugin
 from wam_pointmass.data import prefixed_chunk
@@ -117,6 +117,21 @@ def test_a_model_without_the_capability_is_refused(registry, reach_wam, tmp_path
                    "--out", tmp_path / "refused")
     assert evaluated.returncode != 0 and "action_prefix capability" in evaluated.stderr
     assert not (tmp_path / "refused" / "episodes.jsonl").exists() or not (tmp_path / "refused" / "episodes.jsonl").read_text()
+
+
+def test_a_model_declaring_whole_chunks_runs_under_pause_and_hold_only(registry):
+    """``whole_chunks`` (a model whose state needs each chunk to run whole, as LingBot-VA's;
+    its commands are tested in plugins/robotwin/tests/test_robotwin_lingbot_pair.py): the
+    strategies that request mid-chunk are refused, even for a model that could take a prefix."""
+    platform = registry.platform("pointmass")
+    for caps in (Capabilities(whole_chunks=True), Capabilities(whole_chunks=True, action_prefix=True)):
+        for execution in ("async", "rtc"):
+            with pytest.raises(WholeChunksOnly, match=f"--execution {execution}: this model declares whole_chunks.*"
+                                                      "use --execution hold .* or pause"):
+                strategy_for(Realtime(execution, 200), platform, platform.control, caps)
+        for execution in ("pause", "hold"):
+            assert strategy_for(Realtime(execution, 200), platform, platform.control, caps).name == execution
+    assert strategy_for(Realtime("async", 200), platform, platform.control, Capabilities()).name == "async"
 
 
 @pytest.mark.parametrize("prefix,problem", [

@@ -38,6 +38,7 @@ CAPABILITY_NAMES = (
     "action_conditioned_futures",
     "privileged_state",
     "action_prefix",
+    "whole_chunks",
 )
 
 
@@ -330,7 +331,11 @@ class Capabilities:
     the model identity, and no other model is ever sent that state). ``action_prefix``: the
     model conditions on ``PredictRequest.action_prefix``, the actions that execute while it
     computes (real-time chunking, ``--execution rtc``), and returns a chunk that starts
-    with them."""
+    with them. ``whole_chunks``: the model's state across chunks assumes every chunk ran
+    whole before the next request (a session fed the observations after each chunk, as
+    LingBot-VA's KV cache is), so it runs under ``--execution pause`` and ``hold``;
+    ``async`` and ``rtc``, which request the next chunk while the current one still runs
+    and skip its first actions, are refused before any episode starts."""
 
     actions: bool = True
     future_observations: bool = False
@@ -339,6 +344,7 @@ class Capabilities:
     action_conditioned_futures: bool = False
     privileged_state: bool = False
     action_prefix: bool = False
+    whole_chunks: bool = False
 
     def names(self) -> list:
         return [n for n in CAPABILITY_NAMES if getattr(self, n)]

@@ -22,6 +22,10 @@ chunk is computed, then the part of the chunk it executes.
   ``action_prefix`` capability: its chunk starts with them and plans the rest from where
   they leave the robot, so the actions run after the skip continue what ran meanwhile.
 
+A model whose state needs every chunk to run whole before its next request declares the
+``whole_chunks`` capability (LingBot-VA: its server's KV cache is fed the keyframes observed
+after each chunk); ``async`` and ``rtc`` are refused for it before any episode starts.
+
 Latency is injected (``latency_ms``, deterministic) or measured (the wall time of the
 prediction, the model worker and transport included). ``d = ceil(ms * control_hz / 1000)``.
 """
@@ -49,6 +53,14 @@ class NoHoldAction(ConfigurationError):
 
 class NoActionPrefix(CapabilityError):
     """``--execution rtc`` with a model that does not declare the ``action_prefix`` capability."""
+
+
+class WholeChunksOnly(ConfigurationError):
+    """``--execution async`` or ``rtc`` with a model that declares ``whole_chunks``."""
+
+
+#: the strategies that request the next chunk while the current one still runs
+OVERLAPPING = ("async", "rtc")
 
 
 class NoControlRate(ConfigurationError):
@@ -275,6 +287,8 @@ def strategy_for(settings: Realtime, platform, control, capabilities=None, env=N
     """The strategy for one env worker (``env``: where a hold action may come from); refuses
     at once what it cannot execute (with the model's ``capabilities``, also ``rtc`` for a
     model that cannot condition on a prefix)."""
+    if capabilities is not None:
+        check_whole_chunks([settings.execution], capabilities)
     if settings.execution == "rtc" and capabilities is not None and not capabilities.action_prefix:
         raise NoActionPrefix(
             "--execution rtc needs a model that declares the action_prefix capability (it conditions its chunk on "
@@ -287,6 +301,19 @@ def strategy_for(settings: Realtime, platform, control, capabilities=None, env=N
         hold = hold_action(platform, control, env)  # async and rtc wait for the first chunk with it
     gripper = control.gripper.indices if control.gripper is not None else ()
     return STRATEGIES[settings.execution](settings, hz, hold, gripper)
+
+
+def check_whole_chunks(executions: Sequence[str], capabilities, model: str = "this model") -> None:
+    """Refuses ``async`` and ``rtc`` for a model that declares ``whole_chunks``: its state
+    would be fed a request before the chunk it planned had run (the commands check it with
+    the model's spec before anything starts; ``strategy_for`` again with the running model's)."""
+    overlapping = [e for e in executions if e in OVERLAPPING]
+    if overlapping and capabilities.whole_chunks:
+        raise WholeChunksOnly(
+            f"--execution {','.join(overlapping)}: {model} declares whole_chunks (its state across chunks needs each "
+            "chunk to run whole before the next request, which async and rtc do not wait for); use --execution hold "
+            "(the robot holds while a chunk is computed) or pause (docs/evaluation.md, 'Models with state across chunks')"
+        )
 
 
 def point_label(execution: str, latency_ms: Union[float, str]) -> str:
@@ -305,6 +332,8 @@ __all__ = [
     "Rtc",
     "NoHoldAction",
     "NoActionPrefix",
+    "WholeChunksOnly",
+    "check_whole_chunks",
     "NoControlRate",
     "strategy_for",
     "hold_action",

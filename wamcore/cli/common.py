@@ -524,11 +524,12 @@ def command_args(ctx: click.Context, *, always: Sequence[str] = (), leave_out: S
     return args
 
 
-def _resolve(ctx, kwargs, preflight=None) -> tuple:
+def _resolve(ctx, kwargs, preflight=None, executions=()) -> tuple:
     """(registry, platform spec, platform options, WorkerConfig, request options, preflight result).
 
     Checks run cheapest first: option ownership, then the model's deployment config and its
-    fit to the platform (when its plugin is installed here), then ``preflight(platform,
+    fit to the platform (when its plugin is installed here), and the real-time ``executions``
+    the command will run against its capabilities, then ``preflight(platform,
     platform_options)`` (building the env: a missing simulator is reported before any model
     loads or a worker spends minutes starting)."""
     reg = _registry(ctx)
@@ -565,6 +566,10 @@ def _resolve(ctx, kwargs, preflight=None) -> tuple:
     if config.mode == "endpoint":
         config = _borrowed(config, reg)
     _warn_ineffective(spec, config)
+    if spec is not None and executions:
+        from ..realtime import check_whole_chunks
+
+        check_whole_chunks(executions, spec.resolve(config.model_config(spec)).capabilities, f"model {spec.name!r}")
     checked = preflight(platform, platform_opts) if preflight is not None else None
     return reg, platform, platform_opts, config, request, checked
 

@@ -24,6 +24,8 @@ from .protocols import protocol_option, resolve_protocol
 
 #: where ``--from RUN_DIR`` finds the arguments of the run it repeats
 RECORDED = "config.json"
+#: ctx.meta key: every execution of a sweep, checked against the model at its first point
+SWEEP_EXECUTIONS = "wamcore.sweep_executions"
 
 
 class EvalCommand(PairedCommand):
@@ -157,7 +159,10 @@ def eval_(ctx, **kwargs):
             return None  # each env process builds its own env (a missing simulator is reported first there)
         return checked_env(realtime, p, episodes[0].env_options) if episodes else None
 
-    reg, platform, platform_opts, config, request, first_env = _resolve(ctx, kwargs, preflight=preflight)
+    # a sweep's points are checked at its first one: none runs where one would be refused
+    executions = ctx.meta.get(SWEEP_EXECUTIONS) or ([realtime.execution] if realtime else ())
+    reg, platform, platform_opts, config, request, first_env = _resolve(ctx, kwargs, preflight=preflight,
+                                                                        executions=executions)
     backend = config.backend or "endpoint"
     out = Path(out_opt) if out_opt else default_out(platform.name, backend, resume=resume)
     episodes = planned["episodes"]
@@ -285,6 +290,7 @@ def _sweep(ctx, given: dict, points: list) -> None:
     out = Path(given["out"] or f"runs/sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     check_writable_dir(str(out), "--out")
     dirs = []
+    ctx.meta[SWEEP_EXECUTIONS] = sorted({p.execution for p in points})
     for point in points:
         values = {**given, "realtime": True, "execution": point.execution, "latency_ms": str(point.latency_ms),
                   "out": str(out / point_label(point.execution, point.latency_ms))}

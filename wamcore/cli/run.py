@@ -31,7 +31,8 @@ def run(ctx, **kwargs):
     check_writable_dir(cache, "--cache")
     check_writable_dir(kwargs.get("am_log_dir"), "--am-log-dir")
     reg, platform, platform_opts, config, request, env = _resolve(
-        ctx, kwargs, preflight=lambda p, options: checked_env(realtime, p, options)
+        ctx, kwargs, preflight=lambda p, options: checked_env(realtime, p, options),
+        executions=[realtime.execution] if realtime else (),
     )
     from ..execution import run_episode
     from ..realtime import strategy_for

@@ -153,6 +153,27 @@ def test_wam_run_chooses_the_ee_control_for_lingbot_va(tmp_path, robotwin_root, 
     assert wrong.returncode == 2 and "choose it with --control robotwin.endpose.ee16.v1" in wrong.stderr
 
 
+def test_wam_run_realtime_hold_drives_the_real_server(tmp_path, robotwin_root, weights):
+    """``wam run --realtime --execution hold`` with upstream's real ``VA_Server`` (random
+    weights): 200 ms at 10 Hz holds the arm 2 steps before each 4-action request, and the
+    session feeds the server the keyframe after each wait (it would refuse an earlier one)."""
+    env = {k: v for k, v in os.environ.items() if k != "ROBOTWIN_ROOT"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(STUBS), env.get("PYTHONPATH")]))
+    cmd = [sys.executable, "-m", "wamcore", "run", "--platform", "robotwin", "--robotwin-root", str(robotwin_root),
+           "--am-backend", "lingbot-va", "--am-checkpoint", str(weights), "--device", "cpu", "--num-inference-steps", "1",
+           "--action-num-inference-steps", "1", "--save-root", str(tmp_path / "save"), "--max-chunks", "6",
+           "--realtime", "--execution", "hold", "--latency-ms", "200", "--control-hz", "10", "--json"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(proc.stdout)
+    rt = record["realtime"]
+    n = record["chunks"]
+    if record["stop_reason"] != "native_success":  # random weights may solve the stand-in task by chance
+        assert (n, record["steps"]) == (6, 36)
+    assert (rt["execution"], rt["skipped"], rt["waited"]) == ("hold", 0, 2 * n)
+    assert [c["step"] for c in rt["chunks"]] == [6 * k for k in range(n)]
+
+
 def test_under_realtime_hold_the_lingbot_session_sees_the_world_after_each_wait(robotwin_root):
     """``--realtime --execution hold`` with a stateful model: while a chunk is computed
     (200 ms at 10 Hz: 2 steps) the arm holds (first where it is, ``hold_action``, then the
@@ -187,3 +208,59 @@ def test_under_realtime_hold_the_lingbot_session_sees_the_world_after_each_wait(
     for frame, obs in zip(standin.keyframes[0], observations[1:5], strict=True):  # the world after each wait
         np.testing.assert_array_equal(frame["observation.images.cam_high"], obs.images["head"])
         np.testing.assert_array_equal(frame["observation.state"], obs.state["joint_targets"])
+
+
+def test_async_and_rtc_are_refused_before_anything_runs(tmp_path, robotwin_root, worker_env):
+    """LingBot-VA declares ``whole_chunks`` (upstream's server is fed each chunk's keyframes
+    after it ran whole), so ``--execution async`` and ``rtc`` are refused up front: by ``wam
+    run``/``wam eval`` from the model's spec before a simulator or model starts (exit 2, no run
+    folder, a sweep refused before its first point), and from the capabilities a spawned
+    worker sends over RPC (a borrowed worker: ``strategy_for`` before the first episode),
+    where nothing reaches the server; ``hold`` is accepted."""
+    from wamcore.realtime import Realtime, WholeChunksOnly, strategy_for
+
+    env = {k: v for k, v in os.environ.items() if k != "ROBOTWIN_ROOT"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(STUBS), env.get("PYTHONPATH")]))
+    base = [sys.executable, "-m", "wamcore", "--platform", "robotwin", "--robotwin-root", str(robotwin_root),
+            "--am-backend", "lingbot-va", "--am-checkpoint", str(tmp_path / "weights"), "--device", "cpu",
+            "--save-root", str(tmp_path / "save"), "--realtime", "--latency-ms"]
+
+    def wam(command, *args):
+        cmd = base[:3] + [command] + base[3:] + [str(a) for a in args]
+        return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    ran = wam("run", 200, "--execution", "async", "--json")
+    assert ran.returncode == 2 and ran.stdout == ""
+    assert ("--execution async: model 'lingbot-va' declares whole_chunks" in ran.stderr
+            and "use --execution hold" in ran.stderr and "or pause" in ran.stderr)
+    swept = wam("eval", "0,200", "--execution", "pause,hold,async,rtc", "--episodes", 2, "--out", tmp_path / "sweep")
+    assert swept.returncode == 2 and "--execution async,rtc: model 'lingbot-va' declares whole_chunks" in swept.stderr
+    evaluated = wam("eval", 200, "--execution", "rtc", "--episodes", 2, "--out", tmp_path / "rtc")
+    assert evaluated.returncode == 2 and "--execution rtc: model 'lingbot-va' declares whole_chunks" in evaluated.stderr
+    assert not any(p.exists() for p in (tmp_path / "sweep", tmp_path / "rtc", tmp_path / "save"))
+
+    standin = StandInServer(seed=5)
+    server = UpstreamWebsocketServer(standin)
+    reg = registry()
+    platform = reg.platform("robotwin")
+    config = WorkerConfig.from_options(platform="robotwin", am_backend="lingbot-va", am_python=sys.executable,
+                                       backend_options={"lingbot_server": f"127.0.0.1:{server.port}"},
+                                       log_dir=str(tmp_path / "logs"))
+    try:
+        model = open_model(config, platform, registry=reg, platform_options={"robotwin_root": str(robotwin_root)})
+        try:
+            caps = model.info.capabilities
+            control = platform.control_for({"control": EE_ACTION_SPACE})
+            for execution in ("async", "rtc"):
+                with pytest.raises(WholeChunksOnly, match=f"--execution {execution}: this model declares whole_chunks"):
+                    strategy_for(Realtime(execution, 200, control_hz=10), platform, control, caps)
+            robot = platform.create(robotwin_root=str(robotwin_root), control=EE_ACTION_SPACE)  # its hold action
+            try:
+                assert strategy_for(Realtime("hold", 200, control_hz=10), platform, control, caps, robot).name == "hold"
+            finally:
+                robot.close()
+        finally:
+            model.close()
+    finally:
+        server.stop()
+    assert caps.whole_chunks and standin.log == []

@@ -24,8 +24,10 @@ MODEL = ModelSpec(
     aliases=("lingbot_va", "lingbot"),
     load="wam_lingbot_va.worker:load",
     adapters=(robotwin_adapter(),),
-    # the server mode returns actions only (video latents are denoised but not returned)
-    capabilities=Capabilities(actions=True),
+    # the server mode returns actions only (video latents are denoised but not returned);
+    # its KV cache is fed the keyframes observed after each whole chunk (session.py), so
+    # --execution async and rtc, which request the next chunk mid-chunk, are refused up front
+    capabilities=Capabilities(actions=True, whole_chunks=True),
     options=OPTIONS,
     description="LingBot-VA (Wan2.2 autoregressive video-action model, KV cache across chunks): RoboTwin 3 cameras + "
                 "initial end-effector poses -> ee16 poses, 4 per keyframe, 16x2x16 per server chunk",

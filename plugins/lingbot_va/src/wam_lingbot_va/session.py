@@ -15,6 +15,11 @@ one wamcore prediction per keyframe interval (4 actions):
    rows; the first chunk's frame 0 is skipped (16 actions, 4 keyframes; then 32 and 8);
 3. every later request's observation is a keyframe: the one after each 4th action.
 
+Upstream's loop is synchronous: ``compute_kv_cache`` wants the keyframes observed while the
+whole chunk ran, before the next ``infer`` (its server has no request for a chunk that only
+partly ran). So the model declares ``whole_chunks``: ``--execution pause`` and ``hold`` (a
+later keyframe, the arm held meanwhile) work; ``async`` and ``rtc`` are refused up front.
+
 Each wamcore session has its own episode state here, and the server holds one episode: the
 session that is in one owns the server until it resets (a new episode, or the session
 closed); another session's request meanwhile is refused, never interleaved.
@@ -134,8 +139,8 @@ class LingbotModel:
                 raise ObservationError([
                     f"this observation is at step {native['step']}, the server expects the keyframe of step "
                     f"{episode.next_step} or later: the last {KEYFRAME_INTERVAL} actions were not all executed (as "
-                    "under --execution async or rtc, which LingBot-VA's keyframes do not follow), or the env was "
-                    "reset without resetting the model"
+                    "under --execution async or rtc, which the model's whole_chunks capability refuses where a "
+                    "strategy is built with it), or the env was reset without resetting the model"
                 ], context=CONTEXT)
             episode.keyframes.append(native["frame"])
         try:
