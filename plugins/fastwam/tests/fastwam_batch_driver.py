@@ -24,9 +24,7 @@ from wamcore.registry import Registry
 from wamcore.rpc import RemoteModel
 from wamcore.runtime import WorkerConfig, open_model
 
-import wam_fastwam.plugin
 import wam_fastwam.testweights as generator
-import wam_robotwin.plugin
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fastwam_real_driver import test_weights  # noqa: E402
@@ -59,6 +57,9 @@ def chunk(pred):
 
 def main(args_path: str, out_path: str) -> None:
     args = json.loads(Path(args_path).read_text())
+    import wam_fastwam.plugin  # here, not at import: fastwam_graph_driver imports this module in the model
+    import wam_robotwin.plugin  # environment, which has no RoboTwin platform
+
     registry = Registry(entry_points=False)
     registry.register(wam_robotwin.plugin, name="robotwin")
     registry.register(wam_fastwam.plugin, name="fastwam")

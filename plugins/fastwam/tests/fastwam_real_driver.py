@@ -27,9 +27,7 @@ from wamcore.artifacts import model_identity
 from wamcore.registry import Registry
 from wamcore.runtime import WorkerConfig, open_model
 
-import wam_fastwam.plugin
 import wam_fastwam.testweights as generator
-import wam_robotwin.plugin
 
 STEP_LIMIT = 60
 REPLAN = 8  # actions executed per chunk: two chunks stay clear of the stand-in task's success check
@@ -51,6 +49,9 @@ def test_weights(fastwam_python: str, root: Path, instruction: str) -> Path:
 
 def main(args_path: str, out_path: str) -> None:
     args = json.loads(Path(args_path).read_text())
+    import wam_fastwam.plugin  # here, not at import: fastwam_graph_driver imports this module in the model
+    import wam_robotwin.plugin  # environment, which has no RoboTwin platform
+
     registry = Registry(entry_points=False)
     registry.register(wam_robotwin.plugin, name="robotwin")
     registry.register(wam_fastwam.plugin, name="fastwam")
