@@ -248,7 +248,12 @@ class Async(Strategy):
     skips = True
 
     def wait_actions(self, steps: int) -> list:
-        ran, self.leftover = self.leftover[:steps], []
+        ran, self.leftover = self._next_actions(steps), []
+        return ran
+
+    def _next_actions(self, steps: int) -> list:
+        """The ``steps`` actions that run next: the rest of the current chunk, then holds."""
+        ran = self.leftover[:steps]
         return ran + [self._hold(ran[-1] if ran else None) for _ in range(steps - len(ran))]
 
 
@@ -260,10 +265,8 @@ class Rtc(Async):
     def chunk(self, model, request):
         steps = self._expected_steps()
         if steps:
-            run = self.leftover[:steps]
-            run += [self._hold(run[-1] if run else None) for _ in range(steps - len(run))]
-            # a delay longer than the model's chunk: the whole chunk is the prefix
-            request = attrs.evolve(request, action_prefix=np.stack(run[:model.contract.chunk_size]).astype(np.float32))
+            run = self._next_actions(steps)[:model.contract.chunk_size]  # a delay longer than a chunk: all of it
+            request = attrs.evolve(request, action_prefix=np.stack(run).astype(np.float32))
         return super().chunk(model, request)
 
     def _expected_steps(self) -> int:
